@@ -1,0 +1,42 @@
+# The README's two commands: `make fit` (headline run) and `make test`. Both create .venv when it is
+# missing and install the project into it first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Extra pip arguments for torch alone, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+# on a CPU machine that has no local torch wheel (keeps the CUDA-sized build away).
+TORCH_PIP_ARGS ?=
+CONFIG ?= configs/dvrp.yaml
+ARGS ?=
+
+.PHONY: install fit test test-slow tensorboard bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q "torch==2.13.0" $(TORCH_PIP_ARGS)
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -c "import torch, torchrl, tensordict, lightning; \
+	assert torch.__version__.split('+')[0] == '2.13.0', torch.__version__; \
+	print('stack: torch', torch.__version__, 'torchrl', torchrl.__version__, 'tensordict', tensordict.__version__, 'lightning', lightning.__version__)"
+	touch $(STAMP)
+
+fit: $(STAMP)
+	$(BIN)/python -m pipelines.fit --config $(CONFIG) $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(ARGS)
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow $(ARGS)
+
+tensorboard: $(STAMP)
+	$(BIN)/tensorboard --logdir runs
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/dvrp_throughput.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) runs lightning_logs

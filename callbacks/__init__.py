@@ -1,0 +1,6 @@
+"""Lightning callbacks, one behaviour each."""
+
+from callbacks.evaluation import PolicyEvaluation
+from callbacks.progress import FrameProgressBar
+
+__all__ = ["FrameProgressBar", "PolicyEvaluation"]

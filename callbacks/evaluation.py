@@ -1,0 +1,83 @@
+"""Periodic evaluation of the deterministic policy on its own seeded envs, with a route plot."""
+
+from __future__ import annotations
+
+import logging
+
+import lightning as L
+import numpy as np
+import torch
+from torchrl.envs import ExplorationType, set_exploration_type
+
+log = logging.getLogger(__name__)
+
+
+class PolicyEvaluation(L.Callback):
+    """Every ``every_n_frames`` collected frames (and at the end), play one episode in each of
+    ``num_envs`` evaluation envs (seeds ``seed, seed + 1, ...``, the same episodes every time) with
+    the deterministic policy and log ``eval/episode_return`` and the env's ``report`` entries
+    (``eval/<name>``). Envs that can draw their plan (``render_routes``) log row 0's as the image
+    ``eval/routes``. Runs on global rank 0 only; its schedule is in the checkpoint.
+
+    Args:
+        every_n_frames: interval in collected frames (all ranks).
+        num_envs: evaluation episodes per evaluation.
+        seed: seed of the evaluation envs (keep it away from the training seeds).
+        max_steps: step limit of an evaluation episode.
+    """
+
+    def __init__(self, every_n_frames: int = 200_000, num_envs: int = 64, seed: int = 1_000_000,
+                 max_steps: int = 10_000) -> None:
+        if every_n_frames < 1 or num_envs < 1:
+            raise ValueError(f"every_n_frames and num_envs must be >= 1, got {every_n_frames}, {num_envs}")
+        self.every_n_frames = every_n_frames
+        self.num_envs = num_envs
+        self.seed = seed
+        self.max_steps = max_steps
+        self.next_frames = every_n_frames
+        self._env = None
+
+    def state_dict(self) -> dict:
+        return {"next_frames": self.next_frames}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.next_frames = state_dict["next_frames"]
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        if pl_module.collected_frames >= self.next_frames:
+            while self.next_frames <= pl_module.collected_frames:
+                self.next_frames += self.every_n_frames
+            self.evaluate(trainer, pl_module)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.evaluate(trainer, pl_module)
+
+    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
+        """Run the evaluation and log it (rank 0); returns the metrics."""
+        if not trainer.is_global_zero:
+            return {}
+        if self._env is None:
+            self._env = trainer.datamodule.make_eval_env(self.num_envs, self.seed)
+        env, policy = self._env, pl_module.collector_policy
+        env.set_seed(self.seed)
+        was_training = pl_module.training
+        pl_module.eval()
+        with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+            rollout = env.rollout(self.max_steps, policy, break_when_any_done=False, break_when_all_done=True)
+        pl_module.train(was_training)
+        done = rollout["next", "done"].squeeze(-1)
+        metrics = {"eval/episode_return": rollout["next", "episode_reward"][done].float().mean().item()}
+        if ("next", "report") in rollout.keys(True):
+            for key, value in rollout["next", "report"].items():
+                metrics[f"eval/{key}"] = value[done].float().mean().item()
+        for logger in pl_module.loggers:
+            logger.log_metrics(metrics, step=pl_module.collected_frames)
+        base = getattr(env, "base_env", env)
+        if hasattr(base, "render_routes") and bool(done[:, -1].all()):
+            image = base.render_routes(0)
+            for logger in pl_module.loggers:
+                if hasattr(logger.experiment, "add_image"):
+                    logger.experiment.add_image("eval/routes", np.ascontiguousarray(image), pl_module.collected_frames,
+                                                dataformats="HWC")
+        log.info("evaluation at %d frames: %s", pl_module.collected_frames, metrics)
+        return metrics

@@ -1,0 +1,17 @@
+"""Base class of env configurations: one typed object per problem, from which ``make_env`` builds envs."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torchrl.envs import EnvBase
+
+
+class EnvConfig(ABC):
+    """A problem's parameters. Subclasses are plain classes whose ``__init__`` arguments are the config
+    keys (validated there, so a bad value stops before any work), and build the env in :meth:`make`."""
+
+    @abstractmethod
+    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
+        """Build the env with ``batch_size=[num_envs]``; row ``b`` is seeded ``seed + b``."""

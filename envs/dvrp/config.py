@@ -1,0 +1,122 @@
+"""Parameters of the dynamic VRPTW with window offers (the ``env:`` section of ``configs/dvrp.yaml``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from envs.config import EnvConfig
+from envs.dvrp.env import DVRPEnv
+from envs.dvrp.generator import InstanceGenerator
+from envs.dvrp.reader import FileInstances, expand_instance_paths
+
+
+def _require(ok: bool, key: str, value: object, allowed: str) -> None:
+    if not ok:
+        raise ValueError(f"env.{key}={value!r} is not allowed: {allowed}")
+
+
+class DVRPConfig(EnvConfig):
+    """Dynamic VRP with time windows and window offers; defaults from ``shared/notes/dvrp-defaults.md``.
+
+    Args:
+        num_customers: N requests per episode (episode length, in steps).
+        num_vehicles: M identical vehicles.
+        capacity: vehicle capacity Q (demand units); ``None`` takes each instance file's own.
+        horizon: depot closing time H (time units; travel time = distance in km). Generated only.
+        window_width: preferred window width w (time units). Generated only.
+        service_time: service time per customer (time units). Generated only.
+        max_shift: S; offers shift the preferred window by -S..S slots (A = 2S + 2 actions with reject).
+        type_mix: probabilities of the K flexibility types (type k accepts shifts with |s| <= k).
+        attribute_separation: distance between type means of the attributes (1.5: Bayes accuracy 0.71).
+        served_reward: reward per accepted request (km-equivalents).
+        layout: generated customer layout, Solomon-like ``R`` (uniform), ``C`` (clustered) or ``RC``.
+        max_demand: generated demands are uniform on {1..max_demand}.
+        num_clusters: cluster count of the ``C`` / ``RC`` layouts.
+        cluster_std: cluster spread (km).
+        instances: glob of benchmark files (Solomon ``.txt`` or VRPLIB ``.vrp``); when set, episodes draw
+            N customers of a random file and ``horizon``, ``window_width``, ``service_time``, ``layout``
+            are taken from the files.
+        oracle: the plan's cost oracle; ``insertion`` = vectorised cheapest insertion.
+        dtype: float type of instance data and plans.
+
+    Raises:
+        ValueError: a key out of its allowed range (the message names the key); FileNotFoundError: an
+            ``instances`` glob matching nothing. Instance files are read here, before any training.
+    """
+
+    def __init__(
+        self,
+        num_customers: int = 30,
+        num_vehicles: int = 2,
+        capacity: float | None = 250.0,
+        horizon: float = 1000.0,
+        window_width: float = 120.0,
+        service_time: float = 10.0,
+        max_shift: int = 3,
+        type_mix: tuple[float, ...] = (0.3, 0.3, 0.2, 0.2),
+        attribute_separation: float = 1.5,
+        served_reward: float = 80.0,
+        layout: Literal["R", "C", "RC"] = "R",
+        max_demand: int = 30,
+        num_clusters: int = 8,
+        cluster_std: float = 5.0,
+        instances: str | None = None,
+        oracle: Literal["insertion"] = "insertion",
+        dtype: Literal["float32", "float64"] = "float32",
+    ) -> None:
+        type_mix = [float(p) for p in type_mix]
+        _require(num_customers >= 1, "num_customers", num_customers, "must be >= 1")
+        _require(num_vehicles >= 1, "num_vehicles", num_vehicles, "must be >= 1")
+        _require(capacity is None or capacity > 0, "capacity", capacity, "must be > 0 or null (files' own)")
+        _require(max_shift >= 0, "max_shift", max_shift, "must be >= 0")
+        _require(len(type_mix) >= 1 and all(p >= 0 for p in type_mix) and abs(sum(type_mix) - 1.0) < 1e-6,
+                 "type_mix", type_mix, "non-negative probabilities summing to 1")
+        _require(attribute_separation >= 0, "attribute_separation", attribute_separation, "must be >= 0")
+        _require(layout in ("R", "C", "RC"), "layout", layout, "one of R, C, RC")
+        _require(oracle in ("insertion",), "oracle", oracle, "one of: insertion")
+        _require(dtype in ("float32", "float64"), "dtype", dtype, "one of float32, float64")
+        _require(max_demand >= 1, "max_demand", max_demand, "must be >= 1")
+        _require(num_clusters >= 1, "num_clusters", num_clusters, "must be >= 1")
+        _require(window_width > 0, "window_width", window_width, "must be > 0")
+        _require(service_time >= 0, "service_time", service_time, "must be >= 0")
+        self.num_customers = num_customers
+        self.num_vehicles = num_vehicles
+        self.capacity = capacity
+        self.horizon = horizon
+        self.window_width = window_width
+        self.service_time = service_time
+        self.max_shift = max_shift
+        self.type_mix = type_mix
+        self.attribute_separation = attribute_separation
+        self.served_reward = served_reward
+        self.layout = layout
+        self.max_demand = max_demand
+        self.num_clusters = num_clusters
+        self.cluster_std = cluster_std
+        self.instances = instances
+        self.oracle = oracle
+        self.dtype = dtype
+        mix = torch.tensor(type_mix, dtype=torch.float64)
+        if instances is None:
+            _require(capacity is not None, "capacity", capacity, "required for generated instances")
+            self.source: InstanceGenerator | FileInstances = InstanceGenerator(
+                num_customers, layout, horizon, window_width, service_time, capacity, max_demand, mix,
+                attribute_separation, num_clusters, cluster_std)
+        else:
+            self.source = FileInstances(expand_instance_paths(instances), num_customers, mix,
+                                        attribute_separation, capacity)
+
+    @property
+    def num_types(self) -> int:
+        """K, the number of flexibility types."""
+        return len(self.type_mix)
+
+    @property
+    def num_actions(self) -> int:
+        """A = 2S + 2: shifts -S..S (index s + S), then reject (index 2S + 1)."""
+        return 2 * self.max_shift + 2
+
+    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> DVRPEnv:
+        return DVRPEnv(self, num_envs=num_envs, seed=seed, device=device)

@@ -1,0 +1,324 @@
+"""Dynamic VRP with time windows where each request gets a window offer: a batched TorchRL env.
+
+A depot and M identical vehicles of capacity Q serve customers in the plane (travel time = Euclidean
+distance, cost = distance in km). An episode presents N requests one at a time; step t presents
+request t. The agent offers the preferred window, a window shifted by +-1..+-S slots, or rejects.
+A customer of hidden type k accepts a shift s iff |s| <= k; an accepted request is inserted into the
+plan (by the cost oracle) with its agreed window, a refused or rejected one is lost.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from torch import Tensor
+from torchrl.data import Binary, Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase
+
+from envs.dvrp import rng
+from envs.dvrp.generator import type_posterior
+from envs.dvrp.oracle import CostOracle, InsertionOracle
+from envs.dvrp.render import plot_routes
+
+if TYPE_CHECKING:
+    from envs.dvrp.config import DVRPConfig
+
+UNSEEN, CURRENT, SERVED, LOST = 0, 1, 2, 3
+COORD_SCALE = 100.0  # km; coordinates are divided by it in observations
+CUSTOMER_FEATURES = 11  # + K attributes + 4 status columns
+OFFER_FEATURES = 8
+VEHICLE_FEATURES = 3
+REPORT_KEYS = ("plan_cost_km", "served", "failure_rate", "refused")
+_PACKED = ("demand", "service", "ready", "due", "slot")  # packed customer columns 2..6 (after x, y)
+_DEMAND, _SERVICE, _READY, _DUE, _SLOT, _ATTR = 2, 3, 4, 5, 6, 7
+
+
+class DVRPEnv(EnvBase):
+    """B independent dynamic VRPTW episodes stepping as one batch (``batch_size=[B]``).
+
+    Actions:
+        ``action`` int64 ``[B]`` in ``[0, A)``, A = 2S + 2: index ``s + S`` offers the preferred window
+        shifted by s slots, ``[e + s * slot, l + s * slot]`` clipped to ``[0, H]`` (slot = the preferred
+        window's width; a clipped, narrowed window still counts as shift s); index ``2S + 1`` rejects.
+
+    Observations (all float32 unless noted):
+        * ``customers`` ``[B, N, 11 + K]``: per customer x/100, y/100, demand/Q, window start/H, end/H
+          (the agreed window once served, else the preferred one), service/H, slot/H, K attributes and
+          a one-hot status (unseen / current request / served / lost). Unseen customers (future
+          requests) are all zeros but for their status: the future is not observed.
+        * ``request`` ``[B, 10 + K]``: the current request's x/100, y/100, demand/Q, e/H, l/H, service/H,
+          slot/H and K attributes (zeros at ``done``), then t/N, served/N, plan cost / (N * served_reward).
+        * ``offers`` ``[B, A, 8]``: per action shift/S, |shift|/S, is-reject, offered window start/H,
+          end/H, width/slot, insertion cost / served_reward, feasible.
+        * ``vehicles`` ``[B, M, 3]``: load/Q, customers on the route / N, return time to the depot / H.
+        * ``depot`` ``[B, 2]``: depot x/100, y/100.
+        * ``action_mask`` bool ``[B, A]``: True = allowed. An offer is masked when its window is empty
+          after clipping or cannot be inserted feasibly (capacity, every promised window, return by H).
+          Reject is always allowed.
+        * ``offer_cost`` ``[B, A]``: insertion cost of each offer (km), 0 where masked and for reject.
+        * ``report``: ``plan_cost_km``, ``served``, ``failure_rate`` (lost / N) and ``refused`` (offers
+          declined by the customer), each ``[B, 1]``, so far in the episode; final at ``done``.
+
+    Constraints (kept by the oracle): load <= Q per route; service starts inside each agreed window
+    (waiting allowed); each vehicle leaves the depot at 0 and returns by H; each customer served once.
+
+    Reward:
+        ``served_reward * accepted - (plan cost after - plan cost before)`` (km-equivalents), ``[B, 1]``.
+
+    Termination:
+        ``done = terminated`` after the N-th request (every row at the same step; no truncation).
+
+    Seeding:
+        Row b of an env seeded ``s`` plays the episodes of a single env seeded ``s + b`` (counter-based
+        draws, see :mod:`envs.dvrp.rng`), so results do not depend on the batch size.
+
+    Args:
+        config: the problem's parameters.
+        num_envs: B.
+        seed: seed of row 0.
+        device: torch device of all tensors.
+    """
+
+    batch_locked = True
+
+    def __init__(self, config: DVRPConfig, num_envs: int = 1, seed: int = 0,
+                 device: torch.device | str = "cpu") -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        super().__init__(device=device, batch_size=torch.Size([num_envs]))
+        self.config = config
+        b, n, m, k = num_envs, config.num_customers, config.num_vehicles, config.num_types
+        s = config.max_shift
+        self.num_windows = 2 * s + 1
+        self.num_actions = 2 * s + 2
+        self.dtype = getattr(torch, config.dtype)
+        dev = self.device
+        self.shifts = torch.arange(-s, s + 1, device=dev)
+        self.oracle: CostOracle = InsertionOracle(b, m, n, device=dev, dtype=self.dtype)
+        self.type_mix = torch.tensor(config.type_mix, dtype=torch.float32, device=dev)
+        self.row_seed = torch.zeros(b, dtype=torch.long, device=dev)
+        self.episode = torch.zeros(b, dtype=torch.long, device=dev)
+        self._set_seed(seed)
+        # instance data: the TensorDict (for exports and rare reads) and packed copies for the step
+        self.instances = config.source.sample(self.row_seed.clone(), self.dtype).to(dev)
+        self.customers = torch.zeros(b, n, _ATTR + k, dtype=self.dtype, device=dev)  # raw, packed
+        self.static = torch.zeros(b, n, _ATTR + k, device=dev)  # normalised, status-free table columns
+        self.table = torch.zeros(b, n, CUSTOMER_FEATURES + k, device=dev)
+        self.kind = torch.zeros(b, n, dtype=torch.long, device=dev)
+        self.t = torch.zeros(b, dtype=torch.long, device=dev)
+        self.status = torch.zeros(b, n, dtype=torch.long, device=dev)
+        self.agreed = torch.zeros(b, n, 2, dtype=self.dtype, device=dev)
+        self.counts = torch.zeros(b, 2, dtype=torch.float32, device=dev)  # served, refused
+        self.windows = torch.zeros(b, self.num_windows, 2, dtype=self.dtype, device=dev)
+        self._row = torch.arange(b, device=dev) * n  # flat index of each row's customer 0
+        self.offer_cost = torch.zeros(b, self.num_actions, device=dev)
+        self.mask = torch.ones(b, self.num_actions, dtype=torch.bool, device=dev)
+        offer_const = torch.stack([self.shifts / max(s, 1), self.shifts.abs() / max(s, 1),
+                                   torch.zeros(self.num_windows, device=dev)], -1)
+        self.offer_const = torch.cat([offer_const, torch.tensor([[0.0, 0.0, 1.0]], device=dev)]).float()
+        self._make_specs(b, n, m, k)
+
+    # ------------------------------------------------------------------ specs
+    def _make_specs(self, b: int, n: int, m: int, k: int) -> None:
+        a = self.num_actions
+        f32 = dict(dtype=torch.float32, device=self.device)
+        self.observation_spec = Composite(
+            customers=Unbounded(shape=(b, n, CUSTOMER_FEATURES + k), **f32),
+            request=Unbounded(shape=(b, 10 + k), **f32),
+            offers=Unbounded(shape=(b, a, OFFER_FEATURES), **f32),
+            vehicles=Unbounded(shape=(b, m, VEHICLE_FEATURES), **f32),
+            depot=Unbounded(shape=(b, 2), **f32),
+            action_mask=Binary(n=a, shape=(b, a), dtype=torch.bool, device=self.device),
+            offer_cost=Unbounded(shape=(b, a), **f32),
+            report=Composite({key: Unbounded(shape=(b, 1), **f32) for key in REPORT_KEYS}, shape=(b,)),
+            shape=(b,),
+        )
+        self.action_spec = Categorical(n=a, shape=(b,), device=self.device)
+        self.reward_spec = Unbounded(shape=(b, 1), **f32)
+
+    # ------------------------------------------------------------------ seeding / state
+    def _set_seed(self, seed: int | None) -> None:
+        seed = 0 if seed is None else int(seed)
+        self.row_seed = seed + torch.arange(self.batch_size[0], dtype=torch.long, device=self.device)
+        self.episode = torch.zeros_like(self.row_seed)
+
+    def rng_state(self) -> dict[str, Tensor]:
+        """Row seeds and the index of each row's episode in progress (resuming restarts that episode)."""
+        return {"row_seed": self.row_seed.cpu(), "episode": (self.episode - 1).clamp_min(0).cpu()}
+
+    def load_rng_state(self, state: dict[str, Tensor]) -> None:
+        """Restore :meth:`rng_state`: the next reset of row b draws episode ``state["episode"][b]``.
+
+        Raises:
+            ValueError: the state was saved from an env with another batch size.
+        """
+        if state["row_seed"].shape != self.row_seed.shape:
+            raise ValueError(f"env state has {state['row_seed'].shape[0]} rows, this env {self.row_seed.shape[0]}")
+        self.row_seed = state["row_seed"].to(self.device)
+        self.episode = state["episode"].to(self.device)
+
+    # ------------------------------------------------------------------ dynamics
+    def _reset(self, tensordict: TensorDict | None = None, **kwargs) -> TensorDict:
+        b, k = self.batch_size[0], self.config.num_types
+        if tensordict is not None and "_reset" in tensordict.keys():
+            rows = tensordict["_reset"].reshape(b)
+        else:
+            rows = torch.ones(b, dtype=torch.bool, device=self.device)
+        idx = rows.nonzero().squeeze(-1)
+        keys = rng.episode_keys(self.row_seed[idx], self.episode[idx])
+        self.episode = self.episode + rows.long()
+        new = self.config.source.sample(keys, self.dtype).to(self.device)
+        self.instances[idx] = new
+        self.customers[idx] = torch.cat([new["xy"], torch.stack([new[c] for c in _PACKED], -1), new["attributes"]], -1)
+        horizon, capacity = new["horizon"][:, None, None], new["capacity"][:, None, None]
+        self.static[idx] = torch.cat([
+            new["xy"] / COORD_SCALE, new["demand"].unsqueeze(-1) / capacity,
+            torch.stack([new["ready"], new["due"], new["service"], new["slot"]], -1) / horizon,
+            new["attributes"]], -1).float()
+        self.kind[idx] = new["kind"]
+        self.t = torch.where(rows, 0, self.t)
+        self.status = torch.where(rows.unsqueeze(-1), UNSEEN, self.status)
+        self.status[idx, 0] = CURRENT
+        self.agreed = torch.where(rows.view(-1, 1, 1), 0.0, self.agreed)
+        self.counts = torch.where(rows.unsqueeze(-1), 0.0, self.counts)
+        inst = self.instances
+        self.oracle.reset(rows, inst["depot"], inst["horizon"], inst["capacity"])
+        table = torch.cat([self.static, torch.nn.functional.one_hot(self.status, 4).float()], -1)
+        table[:, 1:, : _ATTR + k] = 0.0  # only the first request is seen
+        self.table = torch.where(rows.view(-1, 1, 1), table, self.table)
+        self._quote()
+        return self._observation()
+
+    def _step(self, tensordict: TensorDict) -> TensorDict:
+        b, n, w = self.batch_size[0], self.config.num_customers, self.num_windows
+        action = tensordict["action"].reshape(b)
+        if not bool(self.mask.gather(1, action.unsqueeze(-1)).all()):
+            bad = (~self.mask.gather(1, action.unsqueeze(-1)).squeeze(-1)).nonzero().squeeze(-1)[:5].tolist()
+            raise ValueError(f"action violates action_mask in rows {bad}: only offers with a feasible window "
+                             f"(and reject, index {self.num_actions - 1}) are allowed")
+        if int(self.t.max()) >= n:
+            raise RuntimeError("step() on a finished episode: reset the done rows first")
+        flat = self._row + self.t
+        window = action.clamp_max(w - 1)
+        kind = self.kind.view(-1).index_select(0, flat)
+        accept = (action < w) & ((window - self.config.max_shift).abs() <= kind)
+        delta = self.oracle.commit(window, accept)
+        reward = self.config.served_reward * accept.float() - delta.float()
+        chosen = self.windows.gather(1, window.view(-1, 1, 1).expand(-1, 1, 2)).squeeze(1)
+        self.agreed.view(-1, 2).index_copy_(0, flat, chosen * accept.unsqueeze(-1))
+        self.counts = self.counts + torch.stack([accept, (action < w) & ~accept], -1).float()
+        self.t = self.t + 1
+        live = self.t < n
+        # table rows of the request just decided and of the next one (the same row again at the end)
+        nxt = torch.where(live, flat + 1, flat)
+        both = torch.cat([flat, nxt])
+        status = torch.where(accept, SERVED, LOST)
+        codes = torch.cat([status, torch.where(live, CURRENT, status)])
+        self.status.view(-1).index_copy_(0, both, codes)
+        rows = self.static.view(-1, self.static.shape[-1]).index_select(0, both)
+        horizon = self.instances["horizon"].unsqueeze(-1)
+        agreed = (chosen / horizon).float()
+        decided = torch.cat([accept, accept & ~live]).unsqueeze(-1)
+        rows[:, 3:5] = torch.where(decided, torch.cat([agreed, agreed]), rows[:, 3:5])
+        self.table.view(-1, self.table.shape[-1]).index_copy_(
+            0, both, torch.cat([rows, torch.nn.functional.one_hot(codes, 4).float()], -1))
+        self._quote()
+        out = self._observation()
+        done = (~live).unsqueeze(-1)
+        out.update({"reward": reward.unsqueeze(-1), "done": done, "terminated": done.clone()})
+        return out
+
+    # ------------------------------------------------------------------ helpers
+    def _quote(self) -> None:
+        """Price the current request under every shift; refresh ``windows``, ``mask`` and ``offer_cost``."""
+        n = self.config.num_customers
+        live = (self.t < n).unsqueeze(-1)
+        u = self.t.clamp_max(n - 1)
+        req = self.customers.view(-1, self.customers.shape[-1]).index_select(0, self._row + u)
+        horizon = self.instances["horizon"].unsqueeze(-1)
+        step = self.shifts * req[:, _SLOT, None]
+        start = torch.clamp(req[:, _READY, None] + step, min=torch.zeros_like(horizon), max=horizon)
+        end = torch.clamp(req[:, _DUE, None] + step, min=torch.zeros_like(horizon), max=horizon)
+        self.windows = torch.stack([start, end], -1)
+        if bool(live.any()):
+            quote = self.oracle.quote(u, req[:, :2], req[:, _DEMAND], req[:, _SERVICE], self.windows)
+            feasible = quote.feasible & (end > start) & live
+            cost = torch.where(feasible, quote.delta, 0.0).float()
+        else:  # every episode is over: only reject remains
+            feasible = torch.zeros_like(start, dtype=torch.bool)
+            cost = torch.zeros_like(start, dtype=torch.float32)
+        self.mask = torch.cat([feasible, torch.ones_like(feasible[:, :1])], -1)
+        self.offer_cost = torch.cat([cost, torch.zeros_like(cost[:, :1])], -1)
+
+    def _observation(self) -> TensorDict:
+        b, n, r = self.batch_size[0], self.config.num_customers, self.config.served_reward
+        inst = self.instances
+        live = (self.t < n).unsqueeze(-1)
+        horizon = inst["horizon"].unsqueeze(-1)
+        plan_cost = self.oracle.cost().float().unsqueeze(-1)
+        served, refused = self.counts[:, :1], self.counts[:, 1:]
+        request = self.static.view(-1, self.static.shape[-1]).index_select(0, self._row + self.t.clamp_max(n - 1))
+        progress = torch.cat([self.t.unsqueeze(-1) / n, served / n, plan_cost / (n * r)], -1)
+        windows = (self.windows / horizon.unsqueeze(-1)).float()
+        width = (windows[..., 1:] - windows[..., :1]) / request[:, None, 6:7].clamp_min(1e-9)
+        offered = torch.nn.functional.pad(torch.cat([windows, width], -1), (0, 0, 0, 1))  # reject row: zeros
+        offers = torch.cat([self.offer_const.expand(b, -1, -1), offered, (self.offer_cost / r).unsqueeze(-1),
+                            self.mask.unsqueeze(-1).float()], -1)
+        load, count, back = self.oracle.vehicles()
+        vehicles = torch.stack([load / inst["capacity"].unsqueeze(-1), count / n, back / horizon], -1).float()
+        return TensorDict(
+            customers=self.table.clone(),
+            request=torch.cat([request * live, progress], -1),
+            offers=offers,
+            vehicles=vehicles,
+            depot=(inst["depot"] / COORD_SCALE).float(),
+            action_mask=self.mask,
+            offer_cost=self.offer_cost,
+            report=TensorDict(plan_cost_km=plan_cost, served=served, failure_rate=(self.t.unsqueeze(-1) - served) / n,
+                              refused=refused, batch_size=[b]),
+            batch_size=[b],
+            device=self.device,
+        )
+
+    # ------------------------------------------------------------------ references and exports
+    def request_type(self) -> Tensor:
+        """Hidden type k ``[B]`` of the current request (for the clairvoyant reference and diagnostics)."""
+        return self.kind.view(-1).index_select(0, self._row + self.t.clamp_max(self.config.num_customers - 1))
+
+    def request_posterior(self) -> Tensor:
+        """Exact generator posterior p(k | attributes) ``[B, K]`` of the current request."""
+        u = self._row + self.t.clamp_max(self.config.num_customers - 1)
+        x = self.customers.view(-1, self.customers.shape[-1]).index_select(0, u)[:, _ATTR:].float()
+        return type_posterior(x, self.type_mix, self.config.attribute_separation)
+
+    def export_episodes(self, rows: list[int] | None = None) -> list[dict]:
+        """The current plans of ``rows`` (default all) as plain JSON-able dicts (call at ``done``, before a reset).
+
+        Each dict: ``depot`` {x, y, due}, ``capacity``, ``customers`` (served only, with ``id`` = arrival
+        index + 1, x, y, demand, service_time and the agreed ``window`` [start, end]), ``routes`` (customer
+        ids per vehicle in visiting order; depot implied at both ends) and ``cost_km``.
+        """
+        inst = self.instances.cpu().to(torch.float64) if self.dtype != torch.float64 else self.instances.cpu()
+        routes, cost = self.oracle.routes().cpu(), self.oracle.cost().cpu()
+        status, agreed = self.status.cpu(), self.agreed.cpu().double()
+        out = []
+        for r in range(self.batch_size[0]) if rows is None else rows:
+            served = (status[r] == SERVED).nonzero().squeeze(-1).tolist()
+            out.append({
+                "depot": {"x": float(inst["depot"][r, 0]), "y": float(inst["depot"][r, 1]),
+                          "due": float(inst["horizon"][r])},
+                "capacity": float(inst["capacity"][r]),
+                "customers": [{"id": i + 1, "x": float(inst["xy"][r, i, 0]), "y": float(inst["xy"][r, i, 1]),
+                               "demand": float(inst["demand"][r, i]), "service_time": float(inst["service"][r, i]),
+                               "window": [float(agreed[r, i, 0]), float(agreed[r, i, 1])]} for i in served],
+                "routes": [[int(i) + 1 for i in route if i >= 0] for route in routes[r].tolist()],
+                "cost_km": float(cost[r]),
+            })
+        return out
+
+    def render_routes(self, row: int = 0) -> np.ndarray:
+        """RGB image ``[H, W, 3]`` uint8 of row ``row``'s current plan (see :func:`plot_routes`)."""
+        return plot_routes(self.export_episodes([row])[0])

@@ -1,0 +1,1 @@
+"""Lightning modules (one per algorithm family) and networks."""

@@ -1,0 +1,126 @@
+"""What every RL LightningModule needs, and nothing more: frame counting, finished-episode
+statistics, metrics written against collected frames (reduced over DDP ranks), and the extra training
+state (frame counter, RNG streams) in the checkpoint."""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import abstractmethod
+from collections import defaultdict
+
+import lightning as L
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModuleBase
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+
+class RLModule(L.LightningModule):
+    """Base of the algorithm modules.
+
+    The data pipeline calls :meth:`on_collected` with every collected batch ``[B, T]`` (from the
+    collector, in the training process, on every rank at the same time) and feeds ``training_step``
+    with whatever the pipeline derives from it. Subclasses provide :attr:`collector_policy` (the
+    policy the collector runs) and their update.
+
+    Metrics go through :meth:`record` (accumulated, then averaged) and :meth:`flush_metrics`, which
+    reduces them over ranks (mean) and writes them to every logger with the x-axis = collected frames
+    (``frames`` = env steps summed over envs and ranks). Namespaces: ``rollout/`` (finished
+    episodes: ``episode_return`` and every key the env reports under ``report``), ``train/``
+    (losses and diagnostics), ``time/`` (``frames_per_s``, ``frames``, ``optim_steps``).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.collected_frames = 0  # frames of all ranks (ranks collect in lockstep, equal batches)
+        self.latest_metrics: dict[str, float] = {}
+        self._sums: dict[str, float] = defaultdict(float)
+        self._counts: dict[str, int] = defaultdict(int)
+        self._pending_rng: list | None = None
+        self._clock: tuple[float, int] | None = None
+
+    # ------------------------------------------------------------------ policy
+    @property
+    @abstractmethod
+    def collector_policy(self) -> TensorDictModuleBase:
+        """The TensorDict module the collector runs (exploration on)."""
+
+    # ------------------------------------------------------------------ data hooks
+    def on_collected(self, batch: TensorDict) -> TensorDict:
+        """Count frames and finished episodes of a collected batch ``[B, T]``; returns the batch.
+
+        Returns are read from ``("next", "episode_reward")`` where ``("next", "done")``; every entry of
+        ``("next", "report")`` at done is averaged under ``rollout/<name>``.
+        """
+        self.flush_metrics()
+        self.collected_frames += batch.numel() * self._world_size()
+        done = batch["next", "done"].squeeze(-1)
+        episodes = int(done.sum())
+        if episodes:
+            self.record("rollout/episode_return", batch["next", "episode_reward"][done].float().mean(), episodes)
+            if ("next", "report") in batch.keys(True):
+                for key, value in batch["next", "report"].items():
+                    self.record(f"rollout/{key}", value[done].float().mean(), episodes)
+        self.record("rollout/episodes", float(episodes))
+        return batch
+
+    # ------------------------------------------------------------------ metrics
+    def record(self, name: str, value: float | Tensor, weight: int = 1) -> None:
+        """Accumulate ``value`` (weighted) under ``name`` until the next :meth:`flush_metrics`."""
+        self._sums[name] += float(value) * weight
+        self._counts[name] += weight
+
+    def _world_size(self) -> int:
+        return self.trainer.world_size if self._trainer is not None else 1
+
+    def flush_metrics(self) -> None:
+        """Average the recorded metrics, reduce them over ranks and write them at x = collected frames.
+
+        Every rank must call this at the same point (it is a collective under DDP): the data pipeline
+        calls it once per collected batch, on all ranks.
+        """
+        if self._trainer is None:
+            return
+        now, frames = time.perf_counter(), self.collected_frames
+        if self._clock is not None and frames > self._clock[1]:
+            self.record("time/frames_per_s", (frames - self._clock[1]) / max(now - self._clock[0], 1e-9))
+        self._clock = (now, frames)
+        names = sorted(self._sums)
+        if names:
+            values = torch.tensor([self._sums[n] / max(self._counts[n], 1) for n in names], dtype=torch.float64)
+            values = self.trainer.strategy.reduce(values.to(self.device), reduce_op="mean").cpu()
+            metrics = dict(zip(names, values.tolist()))
+            metrics.update({"time/frames": float(frames), "time/optim_steps": float(self.trainer.global_step)})
+            if self.trainer.is_global_zero:
+                for logger in self.loggers:
+                    logger.log_metrics(metrics, step=frames)
+            self.latest_metrics = metrics
+        self._sums.clear()
+        self._counts.clear()
+
+    def on_train_end(self) -> None:
+        self.flush_metrics()
+
+    # ------------------------------------------------------------------ checkpoint
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Store the frame counter and every rank's torch RNG state (policy sampling, shuffles)."""
+        rng = torch.get_rng_state()
+        states = [rng]
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            states = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(states, rng)
+        checkpoint["rl_state"] = {"collected_frames": self.collected_frames, "torch_rng": states}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Restore :meth:`on_save_checkpoint`; each rank takes its own RNG state (rank 0's if fewer)."""
+        state = checkpoint.get("rl_state")
+        if state is None:
+            return
+        self.collected_frames = int(state["collected_frames"])
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        rngs = state["torch_rng"]
+        torch.set_rng_state(rngs[rank] if rank < len(rngs) else rngs[0])

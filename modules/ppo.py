@@ -1,0 +1,145 @@
+"""PPO (Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347) with
+GAE (Schulman et al. 2016, arXiv:1506.02438), on TorchRL's ``ClipPPOLoss`` and ``GAE``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import Tensor
+from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
+from torchrl.objectives import ClipPPOLoss
+from torchrl.objectives.value import GAE
+
+from modules.actor_critic import ActorCriticNetwork
+from modules.base import RLModule
+
+_DIAGNOSTICS = ("entropy", "kl_approx", "clip_fraction", "explained_variance")
+
+
+class PPOModule(RLModule):
+    """Clipped-objective PPO with a masked categorical actor and a critic on a shared encoder.
+
+    The encoder runs once per minibatch (``hidden``); the actor head (``MaskedCategorical`` over
+    ``action_mask``, or a plain categorical when ``action_mask_key`` is null) and the value head both
+    read it. Advantages come from GAE on each collected batch ``[B, T]`` before it is split into
+    minibatches (by the data pipeline); ``training_step`` takes one optimiser step on one minibatch.
+
+    Args:
+        network: the actor-critic network (encoder, policy head, value head).
+        lr: Adam learning rate.
+        lr_schedule: ``constant`` or ``linear`` decay to 0 over the data module's ``total_frames``.
+        gamma: discount per env step. gae_lambda: GAE's lambda.
+        clip_epsilon: PPO ratio clip. entropy_coeff: entropy bonus weight. critic_coeff: value loss weight.
+        max_grad_norm: global gradient-norm clip.
+        normalize_advantage: standardise advantages per minibatch.
+        reward_scale: rewards are multiplied by this for GAE and the critic (returns stay unscaled
+            in the logs); e.g. ``1 / served_reward`` keeps DVRP values near 1.
+        action_mask_key: observation key of the boolean action mask, or null for none.
+        loss_critic_type: ``l2`` or ``smooth_l1``.
+    """
+
+    def __init__(
+        self,
+        network: ActorCriticNetwork,
+        lr: float = 3e-4,
+        lr_schedule: Literal["constant", "linear"] = "linear",
+        gamma: float = 1.0,
+        gae_lambda: float = 0.95,
+        clip_epsilon: float = 0.2,
+        entropy_coeff: float = 0.01,
+        critic_coeff: float = 0.5,
+        max_grad_norm: float = 0.5,
+        normalize_advantage: bool = True,
+        reward_scale: float = 1.0,
+        action_mask_key: str | None = "action_mask",
+        loss_critic_type: Literal["l2", "smooth_l1"] = "l2",
+    ) -> None:
+        super().__init__()
+        if lr <= 0 or not 0 <= gamma <= 1 or not 0 <= gae_lambda <= 1 or clip_epsilon <= 0:
+            raise ValueError(f"model: lr > 0, gamma and gae_lambda in [0, 1], clip_epsilon > 0 required "
+                             f"(got lr={lr}, gamma={gamma}, gae_lambda={gae_lambda}, clip_epsilon={clip_epsilon})")
+        self.save_hyperparameters(ignore=["network"])
+        self.network = network
+        self.encoder = TensorDictModule(network.encode, in_keys=list(network.in_keys), out_keys=["hidden"])
+        head = TensorDictModule(network.policy, in_keys=["hidden", *network.policy_keys], out_keys=["logits"])
+        if action_mask_key is None:
+            actor_keys, dist = ["logits"], torch.distributions.Categorical
+        else:
+            actor_keys, dist = {"logits": "logits", "mask": action_mask_key}, MaskedCategorical
+        self.actor = ProbabilisticActor(head, in_keys=actor_keys, distribution_class=dist, return_log_prob=True)
+        self.critic = ValueOperator(network.value, in_keys=["hidden"])
+        self.loss = ClipPPOLoss(self.actor, self.critic, clip_epsilon=clip_epsilon, entropy_coeff=entropy_coeff,
+                                critic_coeff=critic_coeff, normalize_advantage=normalize_advantage,
+                                loss_critic_type=loss_critic_type, functional=False)
+        self.gae = GAE(gamma=gamma, lmbda=gae_lambda, value_network=None)
+        self.gae.set_keys(reward="scaled_reward")
+        self._policy = TensorDictSequential(self.encoder, self.actor)
+
+    @property
+    def collector_policy(self) -> TensorDictSequential:
+        return self._policy
+
+    def configure_model(self) -> None:
+        """Materialise lazy layers on an example observation of the data module's env."""
+        if self._trainer is not None and self.trainer.datamodule is not None:
+            self.materialize(self.trainer.datamodule.example_observation())
+
+    def materialize(self, observation: TensorDict) -> None:
+        """Run the policy once on ``observation`` (no grad) so that lazy layers get their shapes."""
+        with torch.no_grad():
+            self._policy(observation.clone())
+
+    # ------------------------------------------------------------------ data
+    def on_collected(self, batch: TensorDict) -> TensorDict:
+        """Statistics (see ``RLModule``), then GAE on ``[B, T]``; returns the batch flattened ``[B * T]``.
+
+        Values reuse the ``hidden`` state the collector's policy computed (same weights): the value of
+        step t's next observation is step t + 1's value, except at the last step and after a
+        truncation, where the next observation is encoded (after a termination it is not used).
+        """
+        batch = super().on_collected(batch)
+        with torch.no_grad():
+            batch["next", "scaled_reward"] = batch["next", "reward"] * self.hparams.reward_scale
+            if "hidden" not in batch.keys():
+                self.encoder(batch)
+            value = self.critic(batch)["state_value"]  # [B, T, 1]
+            next_value = torch.cat([value[:, 1:], torch.zeros_like(value[:, :1])], 1)
+            terminated = batch["next", "terminated"].squeeze(-1)
+            need = (batch["next", "done"].squeeze(-1) & ~terminated)
+            need[:, -1] = ~terminated[:, -1]
+            if bool(need.any()):
+                ends = batch["next"][need].select(*self.encoder.in_keys).clone()
+                next_value[need] = self.critic(self.encoder(ends))["state_value"]
+            batch["next", "state_value"] = next_value
+            self.gae(batch)
+        return batch.reshape(-1)
+
+    # ------------------------------------------------------------------ update
+    def training_step(self, batch: TensorDict, batch_idx: int) -> Tensor:
+        optimizer, scheduler = self.optimizers(), self.lr_schedulers()
+        self.encoder(batch)
+        out = self.loss(batch)
+        loss = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters(), self.hparams.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        for key in ("loss_objective", "loss_critic", "loss_entropy", *_DIAGNOSTICS):
+            self.record(f"train/{key}", out[key].detach().mean())
+        self.record("train/loss", loss.detach())
+        self.record("train/grad_norm", grad_norm)
+        self.record("train/lr", scheduler.get_last_lr()[0])
+        return loss.detach()
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        budget = self.trainer.datamodule.total_frames if self.hparams.lr_schedule == "linear" else None
+
+        def factor(_: int) -> float:
+            return 1.0 if budget is None else max(1.0 - self.collected_frames / budget, 0.0)
+
+        return [optimizer], [torch.optim.lr_scheduler.LambdaLR(optimizer, factor)]

@@ -1,0 +1,1 @@
+"""Entry points (``fit``, ``evaluate``) and the data pipeline."""

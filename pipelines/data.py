@@ -1,0 +1,193 @@
+"""The data pipeline: env + TorchRL collector -> the batches Lightning feeds to ``training_step``.
+
+This is the only place that knows how data moves. The data module builds the env on every rank in
+``setup`` (row seeds ``seed + rank * num_envs + b``, so ranks never share an instance stream) and the
+collector lazily when training starts (after a checkpoint has been restored), driven by the
+module's ``collector_policy``. The stream is an ``IterableDataset`` that collects, hands each batch
+to ``module.on_collected`` and yields what the algorithm trains on:
+
+* on-policy (:class:`OnPolicyDataModule`): each collected ``[B, T]`` batch, processed by the module
+  (e.g. GAE), split into ``ppo_epochs`` shuffled passes of ``mini_batch_size`` minibatches;
+* off-policy (later): collected frames extend a replay buffer, ``utd_ratio`` samples per batch.
+
+The stream ends when ``total_frames`` (summed over ranks) have been collected, and stops the trainer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import lightning as L
+import torch
+from jsonargparse.typing import PositiveInt
+from tensordict import TensorDict
+from torch.utils.data import DataLoader, IterableDataset
+from torchrl.collectors import Collector
+from torchrl.envs import EnvBase
+
+from envs import EnvConfig, make_env
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+class RLDataModule(L.LightningDataModule):
+    """Env, collector and the frame budget of a run (shared by the on- and off-policy pipelines).
+
+    Args:
+        env: the environment's config (e.g. ``envs.dvrp.DVRPConfig``).
+        num_envs: envs stepped as one batch on each rank (B).
+        frames_per_batch: frames per collected batch on each rank (a multiple of ``num_envs``).
+        total_frames: the run's budget in frames, summed over ranks.
+        seed: seed of env row 0 on rank 0.
+        device: device the env and collector run on.
+
+    Raises:
+        ValueError: a non-positive size, or ``frames_per_batch`` not a multiple of ``num_envs``
+            (the message names the keys).
+    """
+
+    def __init__(self, env: EnvConfig, num_envs: PositiveInt = 64, frames_per_batch: PositiveInt = 1920,
+                 total_frames: PositiveInt = 1_000_000, seed: int = 0, device: str = "cpu") -> None:
+        super().__init__()
+        _require(num_envs >= 1, f"data.num_envs must be >= 1, got {num_envs}")
+        _require(frames_per_batch >= 1, f"data.frames_per_batch must be >= 1, got {frames_per_batch}")
+        _require(total_frames >= 1, f"data.total_frames must be >= 1, got {total_frames}")
+        _require(frames_per_batch % num_envs == 0, f"data.frames_per_batch={frames_per_batch} must be a multiple "
+                                                   f"of data.num_envs={num_envs} (T = frames_per_batch / num_envs)")
+        self.env_config = env
+        self.num_envs = num_envs
+        self.frames_per_batch = frames_per_batch
+        self.total_frames = total_frames
+        self.seed = seed
+        self.device = device
+        self.env: EnvBase | None = None
+        self._collector: Collector | None = None
+
+    # ------------------------------------------------------------------ envs
+    @property
+    def rank(self) -> int:
+        return self.trainer.global_rank if self.trainer is not None else 0
+
+    def setup(self, stage: str) -> None:
+        if self.env is None:
+            self.env = make_env(self.env_config, self.num_envs, self.seed + self.rank * self.num_envs, self.device)
+
+    def make_eval_env(self, num_envs: int, seed: int) -> EnvBase:
+        """A separate env for evaluation (same config, its own seeds)."""
+        return make_env(self.env_config, num_envs, seed, self.device)
+
+    def example_observation(self) -> TensorDict:
+        """A zero observation ``[num_envs]`` of the env (every action allowed), to shape lazy layers."""
+        self.setup("fit")
+        td = self.env.observation_spec.zero()
+        for key in td.keys(True, True):
+            name = key[-1] if isinstance(key, tuple) else key
+            if name == "action_mask":
+                td[key] = torch.ones_like(td[key])
+        return td
+
+    def collector(self) -> Collector:
+        """The collector (built on first use, so a restored checkpoint's env state is in place)."""
+        if self._collector is None:
+            policy = self.trainer.lightning_module.collector_policy
+            self._collector = Collector(self.env, policy, frames_per_batch=self.frames_per_batch, total_frames=-1,
+                                        device=self.device, auto_register_policy_transforms=False)
+        return self._collector
+
+    def teardown(self, stage: str) -> None:
+        if self._collector is not None:
+            self._collector.shutdown()
+            self._collector = None
+
+    # ------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict:
+        """The env's instance stream position (each row restarts the episode in progress on resume)."""
+        base = getattr(self.env, "base_env", self.env)
+        return {"env_rng": base.rng_state()} if hasattr(base, "rng_state") else {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        base = getattr(self.env, "base_env", self.env)
+        if "env_rng" in state_dict and hasattr(base, "load_rng_state"):
+            rng = dict(state_dict["env_rng"])
+            rng["row_seed"] = base.rng_state()["row_seed"]  # this rank's own rows
+            base.load_rng_state(rng)
+
+    # ------------------------------------------------------------------ stream
+    def batches(self) -> Iterator:
+        """Collected batches until the budget is met; then the trainer is told to stop."""
+        module = self.trainer.lightning_module
+        iterator = iter(self.collector())
+        while module.collected_frames < self.total_frames:
+            yield module.on_collected(next(iterator))
+        self.trainer.should_stop = True
+
+    def training_batches(self) -> Iterator[TensorDict]:
+        """What ``training_step`` receives, in order (defined by the on- / off-policy pipelines)."""
+        raise NotImplementedError
+
+    @property
+    def steps_per_batch(self) -> int:
+        """Training steps per collected batch (defined by the on- / off-policy pipelines)."""
+        raise NotImplementedError
+
+    def num_training_steps(self) -> int:
+        """Training steps of the whole run: collected batches (all ranks) times :attr:`steps_per_batch`."""
+        world = self.trainer.world_size if self.trainer is not None else 1
+        return -(-self.total_frames // (self.frames_per_batch * world)) * self.steps_per_batch
+
+    def train_dataloader(self) -> DataLoader:
+        # identity collate keeps TensorDicts intact; no workers: the collector lives with the live policy.
+        # Its own generator: a DataLoader iterator otherwise draws a seed from the global RNG, which
+        # would shift the (checkpointed) policy-sampling stream of a resumed run.
+        return DataLoader(_Stream(self), batch_size=None, collate_fn=lambda x: x, num_workers=0,
+                          generator=torch.Generator())
+
+
+class _Stream(IterableDataset):
+    """The training stream. It has a length (the run's training steps), so Lightning does not fetch
+    ahead: nothing is collected before the previous step (and its checkpoint) is done, which keeps
+    a resumed run on the same data and RNG stream as an uninterrupted one."""
+
+    def __init__(self, data: RLDataModule) -> None:
+        self.data = data
+
+    def __iter__(self) -> Iterator:
+        return self.data.training_batches()
+
+    def __len__(self) -> int:
+        return self.data.num_training_steps()
+
+
+class OnPolicyDataModule(RLDataModule):
+    """On-policy pipeline: each collected batch (processed by ``module.on_collected``, e.g. GAE) is
+    split into ``ppo_epochs`` passes of shuffled minibatches of ``mini_batch_size`` frames.
+
+    Args:
+        ppo_epochs: passes over each collected batch.
+        mini_batch_size: frames per minibatch (``frames_per_batch`` must be a multiple of it).
+        (the rest as :class:`RLDataModule`)
+    """
+
+    def __init__(self, env: EnvConfig, num_envs: PositiveInt = 64, frames_per_batch: PositiveInt = 1920,
+                 total_frames: PositiveInt = 1_000_000, ppo_epochs: PositiveInt = 4,
+                 mini_batch_size: PositiveInt = 480, seed: int = 0, device: str = "cpu") -> None:
+        super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device)
+        _require(ppo_epochs >= 1, f"data.ppo_epochs must be >= 1, got {ppo_epochs}")
+        _require(mini_batch_size >= 1 and frames_per_batch % mini_batch_size == 0,
+                 f"data.frames_per_batch={frames_per_batch} must be a multiple of data.mini_batch_size={mini_batch_size}")
+        self.ppo_epochs = ppo_epochs
+        self.mini_batch_size = mini_batch_size
+
+    @property
+    def steps_per_batch(self) -> int:
+        """Optimiser steps per collected batch (``ppo_epochs * frames_per_batch / mini_batch_size``)."""
+        return self.ppo_epochs * (self.frames_per_batch // self.mini_batch_size)
+
+    def training_batches(self) -> Iterator[TensorDict]:
+        for batch in self.batches():
+            for _ in range(self.ppo_epochs):
+                for index in torch.randperm(batch.numel()).split(self.mini_batch_size):
+                    yield batch[index]

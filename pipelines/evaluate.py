@@ -1,0 +1,161 @@
+"""Evaluate a trained DVRP policy against the scripted baselines on the same seeded episodes.
+
+    python -m pipelines.evaluate --config configs/dvrp.yaml --ckpt_path CKPT [--episodes 256]
+        [--instances GLOB] [--routes_out FILE] [--pyvrp_episodes K] [--seed S] [dotted overrides]
+
+Every policy plays the same episodes (same instances, arrival orders, types and attributes): the
+env is rebuilt with the same seed for each. Prints a table (mean return +- standard error, cost,
+failure rate, served, refused offers, the paired difference to the trained policy, and with
+``--pyvrp_episodes`` the online plan's gap to a PyVRP re-solve of the same served set), then, as the
+last stdout line, one JSON object ``{policy: {mean_return, return_se, mean_cost_km, failure_rate,
+mean_served}}``. ``--routes_out`` writes the trained policy's plans as JSON (see
+``DVRPEnv.export_episodes``) that other tools can check without this code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+from torchrl.envs import ExplorationType, set_exploration_type
+
+from envs.dvrp.baselines import BASELINES, ScriptedOfferPolicy
+from envs.dvrp.env import DVRPEnv
+from envs.dvrp.reference import solve_with_pyvrp
+from pipelines.fit import FitCLI
+from modules.base import RLModule
+from pipelines.data import RLDataModule
+
+
+def load_run(config: str, ckpt_path: str, overrides: list[str]) -> tuple[RLModule, RLDataModule]:
+    """Build model and data module from a fit config (plus dotted overrides) and load the weights.
+
+    Raises:
+        FileNotFoundError: the config or the checkpoint does not exist.
+    """
+    for path, what in ((config, "config"), (ckpt_path, "checkpoint")):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{what} not found: {path!r}")
+    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                 save_config_callback=None, auto_configure_optimizers=False,
+                 args=["--config", config, "--trainer.logger=false", "--trainer.enable_checkpointing=false",
+                       "--trainer.callbacks=[]", *overrides])
+    model, data = cli.model, cli.datamodule
+    model.materialize(data.example_observation())
+    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    model.load_state_dict(checkpoint["state_dict"])
+    model.eval()
+    return model, data
+
+
+def play(data: RLDataModule, make_policy, episodes: int, num_envs: int, seed: int,
+         keep_records: bool) -> dict:
+    """Play ``episodes`` episodes (``num_envs`` at a time) of the data module's env with the policy
+    ``make_policy(env)``; returns per-episode ``return``, ``cost_km``, ``failure_rate``, ``served``,
+    ``refused`` (tensors ``[episodes]``) and, if asked, the exported plans."""
+    env: DVRPEnv = data.env_config.make(num_envs=num_envs, seed=seed)
+    policy = make_policy(env)
+    out: dict[str, list] = {k: [] for k in ("return", "cost_km", "failure_rate", "served", "refused", "records")}
+    while len(out["return"]) * num_envs < episodes:
+        td = env.reset()
+        total = torch.zeros(num_envs)
+        with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+            while True:
+                td = env.step(policy(td))
+                total += td["next", "reward"].squeeze(-1)
+                td = td["next"]
+                if bool(td["done"].all()):
+                    break
+        report = td["report"]
+        out["return"].append(total)
+        out["cost_km"].append(report["plan_cost_km"].squeeze(-1))
+        out["failure_rate"].append(report["failure_rate"].squeeze(-1))
+        out["served"].append(report["served"].squeeze(-1))
+        out["refused"].append(report["refused"].squeeze(-1))
+        if keep_records:
+            out["records"].extend(env.export_episodes())
+    result = {k: torch.cat(v)[:episodes].double() for k, v in out.items() if k != "records"}
+    result["records"] = out["records"][:episodes]
+    return result
+
+
+def summary(result: dict) -> dict[str, float]:
+    r = result["return"]
+    return {"mean_return": r.mean().item(), "return_se": (r.std() / math.sqrt(r.numel())).item(),
+            "mean_cost_km": result["cost_km"].mean().item(), "failure_rate": result["failure_rate"].mean().item(),
+            "mean_served": result["served"].mean().item()}
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="the fit config of the run")
+    parser.add_argument("--ckpt_path", required=True, help="checkpoint of the trained policy")
+    parser.add_argument("--episodes", type=int, default=256, help="episodes per policy")
+    parser.add_argument("--instances", default=None, help="glob of Solomon .txt / VRPLIB .vrp files "
+                        "(episodes draw N customers of a random file; capacity from the files)")
+    parser.add_argument("--routes_out", default=None, help="write the trained policy's plans to this JSON file")
+    parser.add_argument("--seed", type=int, default=10_000_000, help="seed of the evaluation episodes")
+    parser.add_argument("--num_envs", type=int, default=256, help="episodes played at once")
+    parser.add_argument("--policies", nargs="*", default=list(BASELINES), help="baselines to include")
+    parser.add_argument("--pyvrp_episodes", type=int, default=0, help="re-solve this many episodes per policy with PyVRP")
+    parser.add_argument("--pyvrp_seconds", type=float, default=1.0, help="PyVRP time per episode")
+    parser.add_argument("--num_threads", type=int, default=1)
+    args, overrides = parser.parse_known_args(argv)
+    if args.episodes < 1 or args.num_envs < 1:
+        parser.error(f"--episodes and --num_envs must be >= 1 (got {args.episodes}, {args.num_envs})")
+    unknown = [p for p in args.policies if p not in BASELINES]
+    if unknown:
+        parser.error(f"unknown --policies {unknown}; allowed: {', '.join(BASELINES)}")
+    torch.set_num_threads(args.num_threads)
+    if args.instances is not None:
+        env = {"class_path": "envs.dvrp.DVRPConfig", "init_args": {"instances": args.instances, "capacity": None}}
+        overrides = ["--data.init_args.env", json.dumps(env), *overrides]
+    model, data = load_run(args.config, args.ckpt_path, overrides)
+    name = type(model).__name__.removesuffix("Module").lower()
+    num_envs = min(args.num_envs, args.episodes)
+    keep = args.routes_out is not None or args.pyvrp_episodes > 0
+    results = {name: play(data, lambda env: model.collector_policy, args.episodes, num_envs, args.seed, keep)}
+    for baseline in args.policies:
+        results[baseline] = play(data, lambda env, b=baseline: ScriptedOfferPolicy(b, env, seed=args.seed),
+                                 args.episodes, num_envs, args.seed, args.pyvrp_episodes > 0)
+    gaps = {}
+    if args.pyvrp_episodes > 0:
+        vehicles = data.env_config.num_vehicles
+        for policy, result in results.items():
+            found = [(rec["cost_km"], solve_with_pyvrp(rec, vehicles, args.pyvrp_seconds))
+                     for rec in result["records"][: args.pyvrp_episodes]]
+            ratios = [online / ref[0] - 1.0 for online, ref in found if ref is not None and ref[0] > 0]
+            gaps[policy] = sum(ratios) / max(len(ratios), 1)
+    mine = results[name]["return"]
+    print(f"{args.episodes} episodes, seed {args.seed}" + (f", instances {args.instances}" if args.instances else ""))
+    header = f"{'policy':12s} {'return':>16s} {'cost km':>8s} {'failure':>8s} {'served':>7s} {'refused':>8s} {name + ' - it':>14s}"
+    print(header + ("  gap to PyVRP" if gaps else ""))
+    table = {}
+    for policy, result in results.items():
+        table[policy] = summary(result)
+        s, n = table[policy], mine.numel()
+        diff = mine - result["return"]
+        paired = "" if policy == name else f"{diff.mean().item():+7.1f} ± {(diff.std() / math.sqrt(n)).item():4.1f}"
+        gap = f"  {100 * gaps[policy]:+.1f}%" if policy in gaps else ""
+        print(f"{policy:12s} {s['mean_return']:8.1f} ± {s['return_se']:5.1f} {s['mean_cost_km']:8.1f} "
+              f"{s['failure_rate']:8.3f} {s['mean_served']:7.2f} {result['refused'].mean().item():8.2f} {paired:>14s}{gap}")
+    if "prior" in table and "informed" in table:
+        lo, hi = table["prior"]["mean_return"], table["informed"]["mean_return"]
+        share = (table[name]["mean_return"] - lo) / (hi - lo) if hi != lo else float("nan")
+        print(f"{name} closes {100 * share:.0f}% of the prior -> informed gap")
+    if args.routes_out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.routes_out)), exist_ok=True)
+        with open(args.routes_out, "w") as f:
+            json.dump({"policy": name, "episodes": results[name]["records"]}, f)
+        print(f"routes of {len(results[name]['records'])} episodes written to {args.routes_out}")
+    print(json.dumps(table))
+    sys.stdout.flush()
+    return table
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Shared fixtures of the test suite: single-threaded torch, tiny DVRP configs, the benchmark data folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+# The suite runs on small CPU machines next to other work: one intra-op thread keeps timings stable.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    """Every test runs with one torch thread (a test that changes it gets it back)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def solomon_dir() -> Path:
+    """The Solomon benchmark folder (``solomon_txt/``, ``vrplib/``), or a clean skip when it is absent.
+
+    ``DVRP_DATA_DIR`` overrides the default, ``<repo>/../shared/data/solomon`` (data is never copied into
+    the repository).
+    """
+    env = os.environ.get("DVRP_DATA_DIR")
+    path = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data" / "solomon"
+    if not (path / "solomon_txt").is_dir() or not (path / "vrplib").is_dir():
+        pytest.skip(f"Solomon benchmark data not found at {path} (set DVRP_DATA_DIR)")
+    return path
+
+
+@pytest.fixture
+def tiny_config():
+    """A small generated DVRP config (N=8, M=2, default windows) for fast env tests."""
+    from envs.dvrp import DVRPConfig
+
+    return DVRPConfig(num_customers=8, num_vehicles=2)

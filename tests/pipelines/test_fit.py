@@ -1,0 +1,100 @@
+"""The real entry point, end to end: training, logging, checkpoints, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from pipelines.fit import main
+from tests.pipelines.conftest import SMOKE, run_module
+
+REQUIRED_SCALARS = {
+    "rollout/episode_return", "rollout/plan_cost_km", "rollout/failure_rate", "rollout/served",
+    "train/loss_objective", "train/loss_critic", "train/loss_entropy", "train/entropy", "train/kl_approx",
+    "train/clip_fraction", "train/lr", "time/frames", "time/frames_per_s", "eval/episode_return",
+}
+
+
+def test_smoke_run_logs_and_checkpoints(smoke_run):
+    assert (smoke_run["dir"] / "config.yaml").is_file(), "the resolved config is saved beside the logs"
+    assert (smoke_run["dir"] / "checkpoints" / "last.ckpt").is_file()
+    acc = EventAccumulator(smoke_run["events"][0])
+    acc.Reload()
+    assert REQUIRED_SCALARS <= set(acc.Tags()["scalars"]), REQUIRED_SCALARS - set(acc.Tags()["scalars"])
+    assert "eval/routes" in acc.Tags()["images"]
+    frames = [e.step for e in acc.Scalars("rollout/episode_return")]
+    assert frames == sorted(frames) and frames[-1] == 1920, "x-axis = collected frames"
+    assert "frames" in smoke_run["stdout"], "progress bar counted in frames"
+    ckpt = torch.load(smoke_run["last"], weights_only=False)
+    assert ckpt["rl_state"]["collected_frames"] == 1920
+    assert ckpt["global_step"] == 16  # 4 batches x 2 epochs x 2 minibatches
+
+
+def test_print_config_shows_the_whole_run():
+    proc = run_module("pipelines.fit", "--config", SMOKE, "--print_config")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for key in ("frames_per_batch", "total_frames", "envs.dvrp.DVRPConfig", "served_reward", "clip_epsilon"):
+        assert key in proc.stdout
+
+
+def _params(path: str) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=False)["state_dict"]
+
+
+def test_resume_continues_frames_optimizer_and_rng(tmp_path):
+    """A run stopped at a checkpoint and resumed with --ckpt_path ends exactly where the uninterrupted
+    run ends: same frames, optimiser steps and weights (so the same data, optimiser and RNG state)."""
+    common = ["--config", SMOKE, "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false"]
+    checkpointing = ['--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint',
+                     "--trainer.callbacks.every_n_train_steps=4", "--trainer.callbacks.save_top_k=-1",
+                     "--trainer.callbacks.save_last=true"]
+    full = main([*common, *checkpointing, f"--trainer.logger.init_args.save_dir={tmp_path / 'a'}"])
+    ckpt_dir = tmp_path / "a" / "dvrp_smoke" / "version_0" / "checkpoints"
+    mid = ckpt_dir / "epoch=0-step=8.ckpt"
+    assert mid.is_file(), sorted(p.name for p in ckpt_dir.iterdir())
+    assert torch.load(mid, weights_only=False)["rl_state"]["collected_frames"] == 960
+    resumed = main([*common, *checkpointing, f"--trainer.logger.init_args.save_dir={tmp_path / 'b'}",
+                    f"--ckpt_path={mid}"])
+    assert resumed.model.collected_frames == full.model.collected_frames == 1920
+    assert resumed.trainer.global_step == full.trainer.global_step == 16
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
+    sa, sb = full.trainer.optimizers[0].state_dict(), resumed.trainer.optimizers[0].state_dict()
+    assert all(torch.equal(sa["state"][i]["exp_avg"], sb["state"][i]["exp_avg"]) for i in sa["state"])
+
+
+def _fails_before_training(proc, *needles: str) -> None:
+    assert proc.returncode != 0
+    text = proc.stderr + proc.stdout
+    for needle in needles:
+        assert needle in text, f"{needle!r} not in error output:\n{text[-2000:]}"
+    assert "frames/s" not in proc.stdout, "training started"
+
+
+def test_unknown_key_is_rejected(tmp_path):
+    _fails_before_training(run_module("pipelines.fit", "--config", SMOKE, "--data.init_args.num_envz=4",
+                                      f"--trainer.logger.init_args.save_dir={tmp_path}"), "num_envz")
+    assert not any(tmp_path.iterdir())
+
+
+def test_negative_num_envs_is_rejected(tmp_path):
+    _fails_before_training(run_module("pipelines.fit", "--config", SMOKE, "--data.init_args.num_envs=-4",
+                                      f"--trainer.logger.init_args.save_dir={tmp_path}"), "num_envs")
+
+
+def test_missing_instance_file_is_rejected(tmp_path):
+    missing = str(tmp_path / "nowhere" / "R201.txt")
+    _fails_before_training(run_module("pipelines.fit", "--config", SMOKE,
+                                      f"--data.init_args.env.init_args.instances={missing}",
+                                      f"--trainer.logger.init_args.save_dir={tmp_path}"), missing)
+
+
+def test_malformed_instance_file_is_rejected(tmp_path):
+    bad = tmp_path / "broken.txt"
+    bad.write_text("R201\n\nVEHICLE\nNUMBER CAPACITY\n  25  oops\n\nCUSTOMER\n0 1 2\n")
+    env = {"class_path": "envs.dvrp.DVRPConfig", "init_args": {"instances": str(bad), "capacity": None}}
+    _fails_before_training(run_module("pipelines.fit", "--config", SMOKE, "--data.init_args.env", json.dumps(env),
+                                      f"--trainer.logger.init_args.save_dir={tmp_path}"), str(bad), "malformed")
