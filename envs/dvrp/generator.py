@@ -108,11 +108,12 @@ class InstanceGenerator:
         self.separation = separation
         self.num_clusters = num_clusters
         self.cluster_std = cluster_std
-        reach = 2 * math.hypot(50.0, 50.0) + service_time + window_width
+        # a corner customer (d0 <= 70.72) needs ceil(d0) <= H - d0 - service - w for its ready time
+        reach = math.ceil(math.hypot(50.0, 50.0)) + math.hypot(50.0, 50.0) + service_time + window_width
         if horizon < reach:
             raise ValueError(
                 f"env.horizon={horizon} is too short: a window of width {window_width} plus service "
-                f"{service_time} at a corner needs H >= {reach:.1f}"
+                f"{service_time} at a corner needs H >= {reach:.2f}"
             )
 
     def sample(self, key: Tensor, dtype: torch.dtype = torch.float32) -> TensorDict:

@@ -122,13 +122,15 @@ class InsertionOracle(CostOracle):
     Args:
         batch_size: B. num_vehicles: M. num_customers: N (route length bound).
         device / dtype: of the plan tensors (float64 is exact enough for any horizon; float32 is faster).
-        tolerance: slack (time units) allowed on a window comparison, against rounding.
+        margin: safety margin (time units) on every window comparison, larger than the rounding error
+            of the dtype, so that every plan the oracle builds is feasible in exact arithmetic; default
+            1e-3 for float32, 1e-6 for float64.
     """
 
     def __init__(self, batch_size: int, num_vehicles: int, num_customers: int, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32, tolerance: float = 1e-3) -> None:
+                 dtype: torch.dtype = torch.float32, margin: float | None = None) -> None:
         b, m, length = batch_size, num_vehicles, num_customers + 2
-        self.tolerance = tolerance
+        self.margin = (1e-6 if dtype == torch.float64 else 1e-3) if margin is None else margin
         self.plan = torch.zeros(9, length, m, b, device=device, dtype=dtype)
         self.plan[NODE] = -1.0
         self.plan[DUE] = _PAD_DUE
@@ -156,7 +158,7 @@ class InsertionOracle(CostOracle):
         self.plan_cost = torch.where(rows, 0.0, self.plan_cost)
 
     def quote(self, request: Tensor, xy: Tensor, demand: Tensor, service: Tensor, windows: Tensor) -> Quote:
-        dtype, tol = self.plan.dtype, self.tolerance
+        dtype, margin = self.plan.dtype, self.margin
         x, y = xy[:, 0].to(dtype), xy[:, 1].to(dtype)
         service, demand = service.to(dtype), demand.to(dtype)
         span = int(self.length.max()) + 2  # positions in use; edges are (i, i + 1) for i < span - 1
@@ -168,12 +170,13 @@ class InsertionOracle(CostOracle):
         arrive = plan[START, :-1] + plan[SERVICE, :-1] + d_prev
         bound = plan[LATEST, 1:] - service - d_next
         fits = self.load + demand <= self.capacity  # [M, B]
-        edge_ok = (self._positions[: span - 1, None, None] <= self.length) & fits & (arrive <= bound + tol)
+        arrive = arrive + margin
+        bound = bound - margin
+        edge_ok = (self._positions[: span - 1, None, None] <= self.length) & fits & (arrive <= bound)
         # max(e, a) <= min(l, b) splits into the window-free a <= b (in edge_ok) and, per window,
-        # a <= l and e <= b: the violation max(a - l, e - b) must be <= 0 (with the tolerance folded in).
+        # a <= l and e <= b: the violation max(a - l, e - b) must be <= 0 (margins folded into a, b).
         # Float arithmetic instead of masks: torch.where on large tensors is several times slower here.
-        arrive = torch.add(arrive - tol, (~edge_ok).to(dtype), alpha=_BIG)
-        bound = bound + tol
+        arrive = torch.add(arrive, (~edge_ok).to(dtype), alpha=_BIG)
         windows = windows.to(dtype)
         ends = windows.permute(2, 1, 0).contiguous()  # [2, W, B]
         best = self._penalised(delta.unsqueeze(2), arrive.unsqueeze(2), bound.unsqueeze(2), ends[0], ends[1])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch
@@ -12,6 +11,7 @@ from torchrl.envs import check_env_specs
 from torchrl.envs.utils import step_mdp
 
 from envs import make_env
+from tests.route_check import check_exported_plan
 from envs.dvrp import DVRPConfig
 from envs.dvrp.baselines import ScriptedOfferPolicy
 from envs.dvrp.generator import InstanceGenerator, draw_types_and_attributes, type_posterior
@@ -56,35 +56,6 @@ def play_episode(env, policy, before_step=None):
         last = td["next"]
         td = step_mdp(td)
     return torch.stack(steps, 1), last
-
-
-# ----------------------------------------------------------------------------- independent plan checker
-def check_exported_plan(ep: dict, tol: float = 1e-2) -> float:
-    """Re-check one exported plan from coordinates; returns the recomputed distance (km)."""
-    depot, horizon, capacity = (ep["depot"]["x"], ep["depot"]["y"]), ep["depot"]["due"], ep["capacity"]
-    customers = {c["id"]: c for c in ep["customers"]}
-    visited, total = [], 0.0
-    for route in ep["routes"]:
-        t, (px, py), load = 0.0, depot, 0.0
-        for cid in route:
-            assert cid in customers, f"customer {cid} is routed but not served"
-            c = customers[cid]
-            a, b = c["window"]
-            assert b > a, f"customer {cid} agreed to an empty window {c['window']}"
-            d = math.hypot(c["x"] - px, c["y"] - py)
-            total += d
-            start = max(t + d, a)
-            assert start <= b + tol, f"customer {cid}: service starts at {start}, window {c['window']}"
-            t, px, py = start + c["service_time"], c["x"], c["y"]
-            load += c["demand"]
-            visited.append(cid)
-        d = math.hypot(depot[0] - px, depot[1] - py) if route else 0.0
-        total += d
-        assert t + d <= horizon + tol, f"route {route} returns at {t + d} > H = {horizon}"
-        assert load <= capacity + 1e-6, f"route {route} carries {load} > Q = {capacity}"
-    assert sorted(visited) == sorted(customers), "a served customer is missing from or repeated in the routes"
-    assert total == pytest.approx(ep["cost_km"], rel=1e-3, abs=1e-3)
-    return total
 
 
 # ----------------------------------------------------------------------------- specs and shapes

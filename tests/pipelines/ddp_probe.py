@@ -1,0 +1,30 @@
+"""A test callback: each rank writes what the DDP test compares (env seeds, first instance, weights)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import lightning as L
+import torch
+
+
+class DDPProbe(L.Callback):
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = out_dir
+        self.first_xy: float | None = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.first_xy is None:
+            base = trainer.datamodule.env.base_env
+            self.first_xy = float(base.instances["xy"].sum())
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        base = trainer.datamodule.env.base_env
+        params = torch.cat([p.detach().flatten() for p in pl_module.parameters()])
+        os.makedirs(self.out_dir, exist_ok=True)
+        with open(os.path.join(self.out_dir, f"rank{trainer.global_rank}.json"), "w") as f:
+            json.dump({"rank": trainer.global_rank, "world": trainer.world_size,
+                       "row_seed": base.rng_state()["row_seed"].tolist(), "first_xy": self.first_xy,
+                       "params": params.tolist(), "frames": pl_module.collected_frames,
+                       "steps": trainer.global_step}, f)

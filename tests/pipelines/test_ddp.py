@@ -1,0 +1,24 @@
+"""DDP on two CPU processes (gloo): ranks collect with different seeds, weights stay identical."""
+
+from __future__ import annotations
+
+import json
+
+from tests.pipelines.conftest import SMOKE, run_module
+
+
+def test_ddp_two_cpu_ranks(tmp_path):
+    probe = tmp_path / "probe"
+    proc = run_module("pipelines.fit", "--config", SMOKE, "--trainer.strategy=ddp", "--trainer.accelerator=cpu",
+                      "--trainer.devices=2", "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false",
+                      "--trainer.callbacks+=tests.pipelines.ddp_probe.DDPProbe", f"--trainer.callbacks.out_dir={probe}",
+                      f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert all(r["world"] == 2 for r in ranks)
+    assert set(ranks[0]["row_seed"]).isdisjoint(ranks[1]["row_seed"]), "ranks must collect with different seeds"
+    assert ranks[0]["first_xy"] != ranks[1]["first_xy"], "ranks played the same instances"
+    assert ranks[0]["params"] == ranks[1]["params"], "weights diverged across ranks"
+    # the frame budget counts both ranks: 1920 frames = 2 batches of 480 per rank
+    assert ranks[0]["frames"] == ranks[1]["frames"] == 1920
+    assert ranks[0]["steps"] == ranks[1]["steps"] == 8
