@@ -13,11 +13,11 @@ class DVRPActorCritic(ActorCriticNetwork):
     """Attention encoder of the customer table plus the current request, a per-offer policy head and
     a value head.
 
-    * Tokens: the depot and every customer row of ``customers`` ``[B, N, F]``; future (unseen)
-      customers are padded out of attention (their status column ``-4`` is 1), so the encoder sees
-      only what is known. The encoder is permutation-equivariant in the customers.
-    * Context ``[B, H]``: mean of the visible tokens, the depot token, the current request's token,
-      an MLP of ``request`` and a mean / max pooling over ``vehicles`` ``[B, M, 3]``.
+    * Tokens: the depot, the current ``request`` and every customer row of ``customers`` ``[B, N, F]``;
+      customers not yet decided (status column ``-3`` is 1) are padded out of attention, so the
+      encoder sees only what is known. The encoder is permutation-equivariant in the customers.
+    * Context ``[B, H]``: mean of the visible tokens, the depot token, the request's token, an MLP of
+      ``request`` and a mean / max pooling over ``vehicles`` ``[B, M, 3]``.
     * Policy: logit of action a = MLP(context + embed(offers[a])), ``offers`` ``[B, A, 8]`` (shift,
       window, insertion cost, feasibility), so one head serves any number of shifts S.
     * Value: MLP(context) ``[B, 1]``.
@@ -36,6 +36,7 @@ class DVRPActorCritic(ActorCriticNetwork):
         self.hidden_dim = hidden_dim
         self.customer_embed = nn.LazyLinear(embed_dim)
         self.depot_embed = nn.LazyLinear(embed_dim)
+        self.request_token = nn.LazyLinear(embed_dim)
         self.encoder = SetEncoder(embed_dim, num_heads, num_layers)
         self.request_embed = nn.Sequential(nn.LazyLinear(hidden_dim), nn.ReLU())
         self.vehicle_embed = nn.Sequential(nn.LazyLinear(hidden_dim), nn.ReLU())
@@ -48,15 +49,15 @@ class DVRPActorCritic(ActorCriticNetwork):
         lead = customers.shape[:-2]
         customers, request = customers.reshape(-1, *customers.shape[-2:]), request.reshape(-1, request.shape[-1])
         vehicles, depot = vehicles.reshape(-1, *vehicles.shape[-2:]), depot.reshape(-1, depot.shape[-1])
-        unseen, current = customers[..., -4] > 0.5, customers[..., -3:-2]
-        tokens = torch.cat([self.depot_embed(depot).unsqueeze(1), self.customer_embed(customers)], 1)
-        padding = torch.cat([torch.zeros_like(unseen[:, :1]), unseen], 1)
+        unseen = customers[..., -3] > 0.5
+        tokens = torch.cat([self.depot_embed(depot).unsqueeze(1), self.request_token(request).unsqueeze(1),
+                            self.customer_embed(customers)], 1)
+        padding = torch.cat([torch.zeros_like(unseen[:, :2]), unseen], 1)
         h = self.encoder(tokens, padding)
         visible = (~padding).unsqueeze(-1).to(h.dtype)
         pooled = (h * visible).sum(1) / visible.sum(1)
-        request_token = (h[:, 1:] * current).sum(1)  # zeros once the episode is over
         fleet = self.vehicle_embed(vehicles)
-        context = self.context(torch.cat([pooled, h[:, 0], request_token, self.request_embed(request),
+        context = self.context(torch.cat([pooled, h[:, 0], h[:, 1], self.request_embed(request),
                                           fleet.mean(1), fleet.amax(1)], -1))
         return context.reshape(*lead, self.hidden_dim)
 

@@ -26,9 +26,9 @@ from envs.dvrp.render import plot_routes
 if TYPE_CHECKING:
     from envs.dvrp.config import DVRPConfig
 
-UNSEEN, CURRENT, SERVED, LOST = 0, 1, 2, 3
+UNSEEN, SERVED, LOST = 0, 1, 2
 COORD_SCALE = 100.0  # km; coordinates are divided by it in observations
-CUSTOMER_FEATURES = 11  # + K attributes + 4 status columns
+STATIC_FEATURES = 7  # + K attributes: x, y, demand/Q, window start/H, end/H, service/H, slot/H
 OFFER_FEATURES = 8
 VEHICLE_FEATURES = 3
 REPORT_KEYS = ("plan_cost_km", "served", "failure_rate", "refused")
@@ -45,10 +45,11 @@ class DVRPEnv(EnvBase):
         window's width; a clipped, narrowed window still counts as shift s); index ``2S + 1`` rejects.
 
     Observations (all float32 unless noted):
-        * ``customers`` ``[B, N, 11 + K]``: per customer x/100, y/100, demand/Q, window start/H, end/H
+        * ``customers`` ``[B, N, 10 + K]``: per customer x/100, y/100, demand/Q, window start/H, end/H
           (the agreed window once served, else the preferred one), service/H, slot/H, K attributes and
-          a one-hot status (unseen / current request / served / lost). Unseen customers (future
-          requests) are all zeros but for their status: the future is not observed.
+          a one-hot status (unseen / served / lost). A customer is unseen until its request has been
+          decided (the current request is ``request``); unseen rows are zeros but for their status:
+          the future is not observed.
         * ``request`` ``[B, 10 + K]``: the current request's x/100, y/100, demand/Q, e/H, l/H, service/H,
           slot/H and K attributes (zeros at ``done``), then t/N, served/N, plan cost / (N * served_reward).
         * ``offers`` ``[B, A, 8]``: per action shift/S, |shift|/S, is-reject, offered window start/H,
@@ -105,20 +106,26 @@ class DVRPEnv(EnvBase):
         # instance data: the TensorDict (for exports and rare reads) and packed copies for the step
         self.instances = config.source.sample(self.row_seed.clone(), self.dtype).to(dev)
         self.customers = torch.zeros(b, n, _ATTR + k, dtype=self.dtype, device=dev)  # raw, packed
-        self.static = torch.zeros(b, n, _ATTR + k, device=dev)  # normalised, status-free table columns
-        self.table = torch.zeros(b, n, CUSTOMER_FEATURES + k, device=dev)
+        self.static = torch.zeros(b, n, STATIC_FEATURES + k, device=dev)  # normalised table columns
+        self.table = torch.zeros(b, n, STATIC_FEATURES + k + 3, device=dev)
         self.kind = torch.zeros(b, n, dtype=torch.long, device=dev)
         self.t = torch.zeros(b, dtype=torch.long, device=dev)
         self.status = torch.zeros(b, n, dtype=torch.long, device=dev)
         self.agreed = torch.zeros(b, n, 2, dtype=self.dtype, device=dev)
         self.counts = torch.zeros(b, 2, dtype=torch.float32, device=dev)  # served, refused
         self.windows = torch.zeros(b, self.num_windows, 2, dtype=self.dtype, device=dev)
-        self._row = torch.arange(b, device=dev) * n  # flat index of each row's customer 0
         self.offer_cost = torch.zeros(b, self.num_actions, device=dev)
         self.mask = torch.ones(b, self.num_actions, dtype=torch.bool, device=dev)
+        self._row = torch.arange(b, device=dev) * n  # flat index of each row's customer 0
+        self._request = torch.zeros(b, STATIC_FEATURES + k, device=dev)  # normalised current request
+        # per action: the smallest type that accepts it (|shift|; reject: K, accepted by nobody)
+        self._need = torch.cat([self.shifts.abs(), torch.tensor([k], device=dev)])
+        self._steps = self.shifts.to(self.dtype).view(-1, 1)  # [W, 1]
+        self._ones = torch.ones(b, 1, dtype=torch.bool, device=dev)
+        self._zeros = torch.zeros(b, 1, device=dev)
         offer_const = torch.stack([self.shifts / max(s, 1), self.shifts.abs() / max(s, 1),
                                    torch.zeros(self.num_windows, device=dev)], -1)
-        self.offer_const = torch.cat([offer_const, torch.tensor([[0.0, 0.0, 1.0]], device=dev)]).float()
+        self._offer_const = torch.cat([offer_const, torch.tensor([[0.0, 0.0, 1.0]], device=dev)]).float()
         self._make_specs(b, n, m, k)
 
     # ------------------------------------------------------------------ specs
@@ -126,7 +133,7 @@ class DVRPEnv(EnvBase):
         a = self.num_actions
         f32 = dict(dtype=torch.float32, device=self.device)
         self.observation_spec = Composite(
-            customers=Unbounded(shape=(b, n, CUSTOMER_FEATURES + k), **f32),
+            customers=Unbounded(shape=(b, n, STATIC_FEATURES + k + 3), **f32),
             request=Unbounded(shape=(b, 10 + k), **f32),
             offers=Unbounded(shape=(b, a, OFFER_FEATURES), **f32),
             vehicles=Unbounded(shape=(b, m, VEHICLE_FEATURES), **f32),
@@ -162,7 +169,7 @@ class DVRPEnv(EnvBase):
 
     # ------------------------------------------------------------------ dynamics
     def _reset(self, tensordict: TensorDict | None = None, **kwargs) -> TensorDict:
-        b, k = self.batch_size[0], self.config.num_types
+        b = self.batch_size[0]
         if tensordict is not None and "_reset" in tensordict.keys():
             rows = tensordict["_reset"].reshape(b)
         else:
@@ -181,14 +188,13 @@ class DVRPEnv(EnvBase):
         self.kind[idx] = new["kind"]
         self.t = torch.where(rows, 0, self.t)
         self.status = torch.where(rows.unsqueeze(-1), UNSEEN, self.status)
-        self.status[idx, 0] = CURRENT
         self.agreed = torch.where(rows.view(-1, 1, 1), 0.0, self.agreed)
         self.counts = torch.where(rows.unsqueeze(-1), 0.0, self.counts)
         inst = self.instances
         self.oracle.reset(rows, inst["depot"], inst["horizon"], inst["capacity"])
-        table = torch.cat([self.static, torch.nn.functional.one_hot(self.status, 4).float()], -1)
-        table[:, 1:, : _ATTR + k] = 0.0  # only the first request is seen
-        self.table = torch.where(rows.view(-1, 1, 1), table, self.table)
+        unseen = torch.zeros_like(self.table[0])
+        unseen[:, -3 + UNSEEN] = 1.0
+        self.table = torch.where(rows.view(-1, 1, 1), unseen, self.table)
         self._quote()
         return self._observation()
 
@@ -202,85 +208,71 @@ class DVRPEnv(EnvBase):
         if int(self.t.max()) >= n:
             raise RuntimeError("step() on a finished episode: reset the done rows first")
         flat = self._row + self.t
+        accept = self._need.index_select(0, action) <= self.kind.view(-1).index_select(0, flat)
+        offered = action < w
         window = action.clamp_max(w - 1)
-        kind = self.kind.view(-1).index_select(0, flat)
-        accept = (action < w) & ((window - self.config.max_shift).abs() <= kind)
         delta = self.oracle.commit(window, accept)
-        reward = self.config.served_reward * accept.float() - delta.float()
-        chosen = self.windows.gather(1, window.view(-1, 1, 1).expand(-1, 1, 2)).squeeze(1)
-        self.agreed.view(-1, 2).index_copy_(0, flat, chosen * accept.unsqueeze(-1))
-        self.counts = self.counts + torch.stack([accept, (action < w) & ~accept], -1).float()
+        reward = self.config.served_reward * accept - delta
+        agreed = self.windows.gather(1, window.view(-1, 1, 1).expand(-1, 1, 2)).squeeze(1) * accept.unsqueeze(-1)
+        self.agreed.view(-1, 2).index_copy_(0, flat, agreed)
+        self.counts = self.counts + torch.stack([accept, offered & ~accept], -1)
+        status = LOST - accept.long() * (LOST - SERVED)
+        self.status.view(-1).index_copy_(0, flat, status)
+        # the decided customer's row of the table: its agreed window if served, and its status
+        row = torch.where(accept.unsqueeze(-1), (agreed / self.instances["horizon"].unsqueeze(-1)).float(),
+                          self._request[:, 3:5])
+        row = torch.cat([self._request[:, :3], row, self._request[:, 5:],
+                         torch.nn.functional.one_hot(status, 3).float()], -1)
+        self.table = self.table.view(-1, self.table.shape[-1]).index_copy(0, flat, row).view_as(self.table)
         self.t = self.t + 1
-        live = self.t < n
-        # table rows of the request just decided and of the next one (the same row again at the end)
-        nxt = torch.where(live, flat + 1, flat)
-        both = torch.cat([flat, nxt])
-        status = torch.where(accept, SERVED, LOST)
-        codes = torch.cat([status, torch.where(live, CURRENT, status)])
-        self.status.view(-1).index_copy_(0, both, codes)
-        rows = self.static.view(-1, self.static.shape[-1]).index_select(0, both)
-        horizon = self.instances["horizon"].unsqueeze(-1)
-        agreed = (chosen / horizon).float()
-        decided = torch.cat([accept, accept & ~live]).unsqueeze(-1)
-        rows[:, 3:5] = torch.where(decided, torch.cat([agreed, agreed]), rows[:, 3:5])
-        self.table.view(-1, self.table.shape[-1]).index_copy_(
-            0, both, torch.cat([rows, torch.nn.functional.one_hot(codes, 4).float()], -1))
         self._quote()
         out = self._observation()
-        done = (~live).unsqueeze(-1)
-        out.update({"reward": reward.unsqueeze(-1), "done": done, "terminated": done.clone()})
+        done = (self.t >= n).unsqueeze(-1)
+        out.update({"reward": reward.float().unsqueeze(-1), "done": done, "terminated": done.clone()})
         return out
 
     # ------------------------------------------------------------------ helpers
     def _quote(self) -> None:
         """Price the current request under every shift; refresh ``windows``, ``mask`` and ``offer_cost``."""
         n = self.config.num_customers
-        live = (self.t < n).unsqueeze(-1)
-        u = self.t.clamp_max(n - 1)
-        req = self.customers.view(-1, self.customers.shape[-1]).index_select(0, self._row + u)
-        horizon = self.instances["horizon"].unsqueeze(-1)
-        step = self.shifts * req[:, _SLOT, None]
-        start = torch.clamp(req[:, _READY, None] + step, min=torch.zeros_like(horizon), max=horizon)
-        end = torch.clamp(req[:, _DUE, None] + step, min=torch.zeros_like(horizon), max=horizon)
-        self.windows = torch.stack([start, end], -1)
-        if bool(live.any()):
-            quote = self.oracle.quote(u, req[:, :2], req[:, _DEMAND], req[:, _SERVICE], self.windows)
-            feasible = quote.feasible & (end > start) & live
-            cost = torch.where(feasible, quote.delta, 0.0).float()
-        else:  # every episode is over: only reject remains
-            feasible = torch.zeros_like(start, dtype=torch.bool)
-            cost = torch.zeros_like(start, dtype=torch.float32)
-        self.mask = torch.cat([feasible, torch.ones_like(feasible[:, :1])], -1)
-        self.offer_cost = torch.cat([cost, torch.zeros_like(cost[:, :1])], -1)
+        live = self.t < n
+        u = self._row + self.t.clamp_max(n - 1)
+        req = self.customers.view(-1, self.customers.shape[-1]).index_select(0, u)
+        self._request = self.static.view(-1, self.static.shape[-1]).index_select(0, u)
+        horizon = self.instances["horizon"].view(-1, 1, 1)
+        shifted = req[:, None, _READY:_DUE + 1] + self._steps * req[:, _SLOT, None, None]  # [B, W, 2]
+        self.windows = torch.minimum(shifted.clamp_min(0.0), horizon)
+        quote = self.oracle.quote(self.t.clamp_max(n - 1), req[:, :2], req[:, _DEMAND], req[:, _SERVICE], self.windows)
+        feasible = quote.feasible & (self.windows[..., 1] > self.windows[..., 0]) & live.unsqueeze(-1)
+        self.mask = torch.cat([feasible, self._ones], -1)
+        self.offer_cost = torch.cat([torch.where(feasible, quote.delta, 0.0).float(), self._zeros], -1)
 
     def _observation(self) -> TensorDict:
         b, n, r = self.batch_size[0], self.config.num_customers, self.config.served_reward
         inst = self.instances
-        live = (self.t < n).unsqueeze(-1)
         horizon = inst["horizon"].unsqueeze(-1)
         plan_cost = self.oracle.cost().float().unsqueeze(-1)
         served, refused = self.counts[:, :1], self.counts[:, 1:]
-        request = self.static.view(-1, self.static.shape[-1]).index_select(0, self._row + self.t.clamp_max(n - 1))
-        progress = torch.cat([self.t.unsqueeze(-1) / n, served / n, plan_cost / (n * r)], -1)
+        t = self.t.unsqueeze(-1)
+        progress = torch.cat([t / n, served / n, plan_cost / (n * r)], -1)
         windows = (self.windows / horizon.unsqueeze(-1)).float()
-        width = (windows[..., 1:] - windows[..., :1]) / request[:, None, 6:7].clamp_min(1e-9)
+        width = (windows[..., 1:] - windows[..., :1]) / self._request[:, None, 6:7].clamp_min(1e-9)
         offered = torch.nn.functional.pad(torch.cat([windows, width], -1), (0, 0, 0, 1))  # reject row: zeros
-        offers = torch.cat([self.offer_const.expand(b, -1, -1), offered, (self.offer_cost / r).unsqueeze(-1),
+        offers = torch.cat([self._offer_const.expand(b, -1, -1), offered, (self.offer_cost / r).unsqueeze(-1),
                             self.mask.unsqueeze(-1).float()], -1)
         load, count, back = self.oracle.vehicles()
         vehicles = torch.stack([load / inst["capacity"].unsqueeze(-1), count / n, back / horizon], -1).float()
         return TensorDict(
-            customers=self.table.clone(),
-            request=torch.cat([request * live, progress], -1),
+            customers=self.table,
+            request=torch.cat([self._request * (t < n), progress], -1),
             offers=offers,
             vehicles=vehicles,
             depot=(inst["depot"] / COORD_SCALE).float(),
             action_mask=self.mask,
             offer_cost=self.offer_cost,
-            report=TensorDict(plan_cost_km=plan_cost, served=served, failure_rate=(self.t.unsqueeze(-1) - served) / n,
+            report=TensorDict(plan_cost_km=plan_cost, served=served, failure_rate=(t - served) / n,
                               refused=refused, batch_size=[b]),
             batch_size=[b],
-            device=self.device,
         )
 
     # ------------------------------------------------------------------ references and exports

@@ -71,16 +71,6 @@ class CostOracle(ABC):
         """Per vehicle ``[B, M]``: load (demand units), customers on the route, return time to the depot."""
 
 
-def _scan(x: Tensor, op) -> Tensor:
-    """Inclusive prefix scan of ``op`` along dim 0 in log2(L) doubling steps (Hillis & Steele 1986);
-    on short dims this beats ``torch.cummax`` / ``cumsum`` along an outer dimension several times."""
-    step = 1
-    while step < x.shape[0]:
-        x = torch.cat([x[:step], op(x[step:], x[:-step])], 0)
-        step *= 2
-    return x
-
-
 def schedule(x: Tensor, y: Tensor, ready: Tensor, due: Tensor, service: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Legs, earliest and latest service starts of routes given position-wise node data ``[L, ...]``.
 
@@ -95,14 +85,87 @@ def schedule(x: Tensor, y: Tensor, ready: Tensor, due: Tensor, service: Tensor) 
     """
     dx, dy = x[1:] - x[:-1], y[1:] - y[:-1]
     leg = torch.sqrt(dx * dx + dy * dy)
-    cum = _scan(torch.cat([torch.zeros_like(x[:1]), service[:-1] + leg], 0), torch.add)
-    start = cum + _scan(ready - cum, torch.maximum)
-    latest = cum + _scan((due - cum).flip(0), torch.minimum).flip(0)
+    cum = torch.cumsum(torch.cat([torch.zeros_like(x[:1]), service[:-1] + leg], 0), 0)
+    start = cum + torch.cummax(ready - cum, 0).values
+    latest = cum + torch.cummin((due - cum).flip(0), 0).values.flip(0)
     return torch.cat([leg, torch.zeros_like(x[:1])], 0), start, latest
 
 
 # channels of the plan tensor [channel, L, M, B]: six per node, then three derived by `schedule`
 X, Y, READY, DUE, SERVICE, NODE, START, LATEST, LEG = range(9)
+
+
+def _penalised(delta: Tensor, arrive: Tensor, bound: Tensor, start: Tensor, end: Tensor) -> Tensor:
+    """Insertion cost raised by ``_BIG`` per time unit of violation of the window [start, end]."""
+    violation = torch.maximum(arrive - end, start - bound).clamp_min(0.0)
+    return torch.add(delta, violation, alpha=_BIG)
+
+
+def price(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, x: Tensor, y: Tensor, service: Tensor,
+          demand: Tensor, ends: Tensor, margin: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Cheapest insertion of one request per row under W windows (the quote's arithmetic).
+
+    Args:
+        plan: ``[9, S, M, B]`` the positions in use of the plan. length / load: ``[M, B]``. capacity: ``[B]``.
+        x, y, service, demand: ``[B]`` the request. ends: ``[2, W, B]`` window starts and ends.
+        margin: safety margin (time units).
+
+    Returns:
+        ``delta`` (insertion cost), ``arrive`` (arrival at the request, ``_BIG``-raised where the edge is
+        unusable) and ``bound`` (latest service start there), each ``[S - 1, M, B]`` per edge, and the
+        penalised cheapest cost per window ``[W, B]`` (>= ``_FEASIBLE`` where no insertion is feasible).
+    """
+    dx, dy = plan[X] - x, plan[Y] - y
+    du = torch.sqrt(dx * dx + dy * dy)  # [S, M, B]
+    d_prev, d_next = du[:-1], du[1:]
+    delta = d_prev + d_next - plan[LEG, :-1]  # [E, M, B]
+    arrive = plan[START, :-1] + plan[SERVICE, :-1] + d_prev + margin
+    bound = plan[LATEST, 1:] - service - d_next - margin
+    fits = load + demand <= capacity  # [M, B]
+    edges = torch.arange(plan.shape[1] - 1, device=plan.device).view(-1, 1, 1)
+    edge_ok = (edges <= length) & fits & (arrive <= bound)
+    # max(e, a) <= min(l, b) splits into the window-free a <= b (in edge_ok) and, per window,
+    # a <= l and e <= b: the violation max(a - l, e - b) must be <= 0 (margins folded into a, b).
+    # Float arithmetic instead of masks: torch.where on large tensors is several times slower here.
+    arrive = torch.add(arrive, (~edge_ok).to(plan.dtype), alpha=_BIG)
+    best = _penalised(delta.unsqueeze(2), arrive.unsqueeze(2), bound.unsqueeze(2), ends[0], ends[1])
+    return delta, arrive, bound, best.amin(dim=(0, 1))
+
+
+def insert(plan: Tensor, length: Tensor, load: Tensor, delta: Tensor, arrive: Tensor, bound: Tensor,
+           window: Tensor, accept: Tensor, column: Tensor, demand: Tensor) -> tuple[Tensor, ...]:
+    """Insert the quoted request where ``accept`` (the commit's arithmetic).
+
+    Every route of every row is rewritten: the chosen one gets the request at its cheapest feasible
+    position, the others (and rows that did not accept) an insert position past the end. Blending with
+    0/1 weights (``lerp`` is exact there) avoids row selection, gathers and host syncs.
+
+    Args:
+        plan: ``[9, S + 1, M, B]`` (one position more than quoted). length / load: ``[M, B]``.
+        delta / arrive / bound: ``[S - 1, M, B]`` from :func:`price`. window: ``[2, B]`` the agreed window.
+        accept: bool ``[B]``. column: ``[6, B]`` the request's node channels. demand: ``[B]``.
+
+    Returns:
+        the new plan slab, length, load, the plan-cost increase ``[B]`` and the rows whose accepted
+        window had no feasible insertion (bool ``[B]``, must be all False).
+    """
+    cost = _penalised(delta, arrive, bound, window[0], window[1])  # [E, M, B]
+    m = cost.shape[1]
+    best, flat = cost.flatten(0, 1).min(0)
+    edge, veh = flat // m, flat % m
+    span = plan.shape[1]
+    chosen = accept & (veh == torch.arange(m, device=veh.device).unsqueeze(-1))  # [M, B]
+    pos = torch.where(chosen, edge + 1, span)
+    j = torch.arange(span, device=plan.device).view(-1, 1, 1)
+    node = plan[:START]  # [6, S + 1, M, B]
+    shifted = torch.cat([node[:, :1], node[:, :-1]], 1)
+    node = torch.lerp(node, shifted, (j > pos).to(plan.dtype))
+    column = torch.cat([column[:READY], window, column[DUE + 1:]])
+    node = torch.lerp(node, column[:, None, None, :].expand_as(node), (j == pos).to(plan.dtype))
+    leg, start, latest = schedule(node[X], node[Y], node[READY], node[DUE], node[SERVICE])
+    new = torch.cat([node, torch.stack([start, latest, leg])])
+    increase = torch.where(accept, delta.flatten(0, 1).gather(0, flat.unsqueeze(0)).squeeze(0), 0.0)
+    return new, length + chosen.long(), load + chosen * demand, increase, accept & (best >= _FEASIBLE)
 
 
 class InsertionOracle(CostOracle):
@@ -139,8 +202,8 @@ class InsertionOracle(CostOracle):
         self.load = torch.zeros(m, b, device=device, dtype=dtype)
         self.capacity = torch.zeros(b, device=device, dtype=dtype)
         self.plan_cost = torch.zeros(b, device=device, dtype=dtype)
-        self._positions = torch.arange(length + 1, device=device)
         self._quoted: dict = {}
+
 
     def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor) -> None:
         dtype, length, b = self.plan.dtype, self.plan.shape[1], self.plan.shape[-1]
@@ -158,72 +221,31 @@ class InsertionOracle(CostOracle):
         self.plan_cost = torch.where(rows, 0.0, self.plan_cost)
 
     def quote(self, request: Tensor, xy: Tensor, demand: Tensor, service: Tensor, windows: Tensor) -> Quote:
-        dtype, margin = self.plan.dtype, self.margin
+        dtype = self.plan.dtype
         x, y = xy[:, 0].to(dtype), xy[:, 1].to(dtype)
         service, demand = service.to(dtype), demand.to(dtype)
         span = int(self.length.max()) + 2  # positions in use; edges are (i, i + 1) for i < span - 1
-        plan = self.plan[:, :span]
-        dx, dy = plan[X] - x, plan[Y] - y
-        du = torch.sqrt(dx * dx + dy * dy)  # [span, M, B]
-        d_prev, d_next = du[:-1], du[1:]
-        delta = d_prev + d_next - plan[LEG, :-1]  # [E, M, B]
-        arrive = plan[START, :-1] + plan[SERVICE, :-1] + d_prev
-        bound = plan[LATEST, 1:] - service - d_next
-        fits = self.load + demand <= self.capacity  # [M, B]
-        arrive = arrive + margin
-        bound = bound - margin
-        edge_ok = (self._positions[: span - 1, None, None] <= self.length) & fits & (arrive <= bound)
-        # max(e, a) <= min(l, b) splits into the window-free a <= b (in edge_ok) and, per window,
-        # a <= l and e <= b: the violation max(a - l, e - b) must be <= 0 (margins folded into a, b).
-        # Float arithmetic instead of masks: torch.where on large tensors is several times slower here.
-        arrive = torch.add(arrive, (~edge_ok).to(dtype), alpha=_BIG)
         windows = windows.to(dtype)
-        ends = windows.permute(2, 1, 0).contiguous()  # [2, W, B]
-        best = self._penalised(delta.unsqueeze(2), arrive.unsqueeze(2), bound.unsqueeze(2), ends[0], ends[1])
-        best = best.amin(dim=(0, 1)).t()  # [B, W]
+        delta, arrive, bound, best = price(self.plan[:, :span], self.length, self.load, self.capacity, x, y,
+                                                 service, demand, windows.permute(2, 1, 0).contiguous(), self.margin)
+        best = best.t()  # [B, W]
         feasible = best < _FEASIBLE
-        zero = torch.zeros_like(x)
         self._quoted = dict(delta=delta, arrive=arrive, bound=bound, windows=windows, demand=demand,
-                            column=torch.stack([x, y, zero, zero, service, request.to(dtype)]))
+                            column=torch.stack([x, y, x, x, service, request.to(dtype)]))
         return Quote(delta=torch.where(feasible, best, torch.inf), feasible=feasible)
-
-    @staticmethod
-    def _penalised(delta: Tensor, arrive: Tensor, bound: Tensor, start: Tensor, end: Tensor) -> Tensor:
-        """Insertion cost raised by ``_BIG`` per time unit of violation of the window [start, end]."""
-        violation = torch.maximum(arrive - end, start - bound).clamp_min_(0.0)
-        return torch.add(delta, violation, alpha=_BIG)
 
     def commit(self, window: Tensor, accept: Tensor) -> Tensor:
         q = self._quoted
-        win = q["windows"].gather(1, window.view(-1, 1, 1).expand(-1, 1, 2)).squeeze(1)  # [B, 2]
-        cost = self._penalised(q["delta"], q["arrive"], q["bound"], win[:, 0], win[:, 1])  # [E, M, B]
-        edges, m = cost.shape[0], cost.shape[1]
-        best, flat = cost.flatten(0, 1).min(0)
-        if bool((accept & (best >= _FEASIBLE)).any()):
+        win = q["windows"].gather(1, window.view(-1, 1, 1).expand(-1, 1, 2)).squeeze(1).t()  # [2, B]
+        span = q["delta"].shape[0] + 2  # the longest route after insertion ends at index <= span - 1
+        new, self.length, self.load, increase, bad = insert(
+            self.plan[:, :span], self.length, self.load, q["delta"], q["arrive"], q["bound"], win, accept,
+            q["column"], q["demand"])
+        if bool(bad.any()):
             raise ValueError("commit: an accepted window has no feasible insertion (it was not quoted feasible)")
-        edge, veh = flat // m, flat % m
-        # Every route of every row is rewritten: the chosen one gets the request at position `pos`, the
-        # others (and rows that did not accept) an insert position past the end. Blending with 0/1
-        # weights (lerp is exact there) avoids row selection, gathers and host syncs on the hot path.
-        span = edges + 2  # the longest route after insertion ends at index <= span - 1
-        chosen = accept & (veh == torch.arange(m, device=veh.device).unsqueeze(-1))  # [M, B]
-        pos = torch.where(chosen, edge + 1, span)
-        j = self._positions[:span, None, None]
-        dtype = self.plan.dtype
-        node = self.plan[:START, :span]  # [6, span, M, B]
-        shifted = torch.cat([node[:, :1], node[:, :-1]], 1)
-        node = torch.lerp(node, shifted, (j > pos).to(dtype))
-        column = q["column"]
-        column[READY:DUE + 1] = win.t()
-        node = torch.lerp(node, column[:, None, None, :].expand_as(node), (j == pos).to(dtype))
-        leg, start, latest = schedule(node[X], node[Y], node[READY], node[DUE], node[SERVICE])
-        self.plan[:START, :span] = node
-        self.plan[START:, :span] = torch.stack([start, latest, leg])
-        self.length += chosen.long()
-        self.load += chosen * q["demand"]
-        delta = torch.where(accept, q["delta"].flatten(0, 1).gather(0, flat.unsqueeze(0)).squeeze(0), 0.0)
-        self.plan_cost = self.plan_cost + delta
-        return delta
+        self.plan[:, :span] = new
+        self.plan_cost = self.plan_cost + increase
+        return increase
 
     def routes(self) -> Tensor:
         return self.plan[NODE, 1:].long().permute(2, 1, 0)

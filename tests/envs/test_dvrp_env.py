@@ -93,7 +93,7 @@ def test_random_rollout_shapes_and_mask(case):
     r = env.rollout(steps, break_when_any_done=False)  # ActionMask: random actions respect the mask
     nxt = r["next"]
     assert r.batch_size == torch.Size([b, steps])
-    assert nxt["customers"].shape == (b, steps, n, 11 + k)
+    assert nxt["customers"].shape == (b, steps, n, 10 + k)
     assert nxt["request"].shape == (b, steps, 10 + k)
     assert nxt["offers"].shape == (b, steps, a, 8)
     assert nxt["vehicles"].shape == (b, steps, m, 3)
@@ -123,15 +123,17 @@ def test_random_rollout_shapes_and_mask(case):
     empty = end <= start
     assert int(empty.sum()) > 0, "the rollout should contain windows emptied by clipping"
     assert not bool(obs_mask[..., :-1][empty].any()), "an empty window was offered"
-    # the future is not observed: customers after the current request are zeros but for 'unseen'
+    # the future is not observed: the current request and later ones are zeros but for 'unseen'
     t = torch.arange(steps) % n
-    later = torch.arange(n).view(1, 1, n) > t.view(1, steps, 1)
+    later = torch.arange(n).view(1, 1, n) >= t.view(1, steps, 1)
     cust = r["customers"]
     assert bool((cust[..., : 7 + k][later.expand(b, -1, -1)] == 0).all())
     assert bool((cust[..., 7 + k][later.expand(b, -1, -1)] == 1).all())
-    # the request row is the current customer's row of the table, with progress t / N
-    current = cust.gather(2, t.view(1, steps, 1, 1).expand(b, steps, 1, cust.shape[-1])).squeeze(2)
-    assert torch.allclose(r["request"][..., : 7 + k], current[..., : 7 + k])
+    # once decided, the request becomes its customer's row of the table (the window may change to the
+    # agreed one); the request also carries the progress t / N
+    decided = nxt["customers"].gather(2, t.view(1, steps, 1, 1).expand(b, steps, 1, cust.shape[-1])).squeeze(2)
+    same = [0, 1, 2, *range(5, 7 + k)]  # x, y, demand, service, slot, attributes
+    assert torch.allclose(r["request"][..., same], decided[..., same])
     assert torch.allclose(r["request"][..., 7 + k], (t / n).expand(b, -1))
 
 
@@ -343,8 +345,8 @@ def test_acceptance_rule_follows_hidden_type():
         # the decided customer's table row: status served / lost, the agreed window once served
         t = nxt["request"][:, -3] * cfg.num_customers - 1  # progress t / N after the step
         row = nxt["customers"][torch.arange(len(t)), t.round().long()]
-        status = row[:, -4:].argmax(-1)
-        assert torch.equal(status, torch.where(expect_accept, 2, 3))
+        status = row[:, -3:].argmax(-1)  # unseen / served / lost
+        assert torch.equal(status, torch.where(expect_accept, 1, 2))
         agreed = windows[torch.arange(len(t)), action.clamp_max(2 * s)] / base.instances["horizon"][:, None]
         preferred = td["request"][:, 3:5]
         expected = torch.where(expect_accept[:, None], agreed.float(), preferred)
