@@ -36,7 +36,7 @@ class FrameProgressBar(ProgressBar):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.is_enabled and trainer.is_global_zero:
-            self._bar = tqdm(total=trainer.datamodule.total_frames, initial=pl_module.collected_frames,
+            self._bar = tqdm(total=trainer.datamodule.planned_frames, initial=pl_module.collected_frames,
                              unit="frames", unit_scale=True, dynamic_ncols=True, file=sys.stdout,
                              desc="frames", smoothing=0.1)
 

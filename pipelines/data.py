@@ -94,7 +94,8 @@ class RLDataModule(L.LightningDataModule):
         if self._collector is None:
             policy = self.trainer.lightning_module.collector_policy
             self._collector = Collector(self.env, policy, frames_per_batch=self.frames_per_batch, total_frames=-1,
-                                        device=self.device, auto_register_policy_transforms=False)
+                                        device=self.device, auto_register_policy_transforms=False,
+                                        trust_policy=True)
         return self._collector
 
     def teardown(self, stage: str) -> None:
@@ -133,10 +134,21 @@ class RLDataModule(L.LightningDataModule):
         """Training steps per collected batch (defined by the on- / off-policy pipelines)."""
         raise NotImplementedError
 
-    def num_training_steps(self) -> int:
-        """Training steps of the whole run: collected batches (all ranks) times :attr:`steps_per_batch`."""
+    @property
+    def num_batches(self) -> int:
+        """Collected batches per rank in the whole run (``total_frames`` rounded up to whole batches)."""
         world = self.trainer.world_size if self.trainer is not None else 1
-        return -(-self.total_frames // (self.frames_per_batch * world)) * self.steps_per_batch
+        return -(-self.total_frames // (self.frames_per_batch * world))
+
+    @property
+    def planned_frames(self) -> int:
+        """Frames the run collects over all ranks: ``total_frames`` rounded up to whole batches."""
+        world = self.trainer.world_size if self.trainer is not None else 1
+        return self.num_batches * self.frames_per_batch * world
+
+    def num_training_steps(self) -> int:
+        """Training steps of the whole run: :attr:`num_batches` times :attr:`steps_per_batch`."""
+        return self.num_batches * self.steps_per_batch
 
     def train_dataloader(self) -> DataLoader:
         # identity collate keeps TensorDicts intact; no workers: the collector lives with the live policy.

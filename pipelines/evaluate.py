@@ -24,6 +24,7 @@ import torch
 from torchrl.envs import ExplorationType, set_exploration_type
 
 from envs.dvrp.baselines import BASELINES, ScriptedOfferPolicy
+from envs.dvrp.config import DVRPConfig
 from envs.dvrp.env import DVRPEnv
 from envs.dvrp.reference import solve_with_pyvrp
 from pipelines.fit import FitCLI
@@ -52,12 +53,12 @@ def load_run(config: str, ckpt_path: str, overrides: list[str]) -> tuple[RLModul
     return model, data
 
 
-def play(data: RLDataModule, make_policy, episodes: int, num_envs: int, seed: int,
-         keep_records: bool) -> dict:
-    """Play ``episodes`` episodes (``num_envs`` at a time) of the data module's env with the policy
+def play(config: DVRPConfig, make_policy, episodes: int, num_envs: int, seed: int,
+         keep_records: bool = False) -> dict:
+    """Play ``episodes`` episodes (``num_envs`` at a time) of ``config``'s env with the policy
     ``make_policy(env)``; returns per-episode ``return``, ``cost_km``, ``failure_rate``, ``served``,
     ``refused`` (tensors ``[episodes]``) and, if asked, the exported plans."""
-    env: DVRPEnv = data.env_config.make(num_envs=num_envs, seed=seed)
+    env: DVRPEnv = config.make(num_envs=num_envs, seed=seed)
     policy = make_policy(env)
     out: dict[str, list] = {k: [] for k in ("return", "cost_km", "failure_rate", "served", "refused", "records")}
     while len(out["return"]) * num_envs < episodes:
@@ -118,9 +119,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     name = type(model).__name__.removesuffix("Module").lower()
     num_envs = min(args.num_envs, args.episodes)
     keep = args.routes_out is not None or args.pyvrp_episodes > 0
-    results = {name: play(data, lambda env: model.collector_policy, args.episodes, num_envs, args.seed, keep)}
+    results = {name: play(data.env_config, lambda env: model.collector_policy, args.episodes, num_envs, args.seed, keep)}
     for baseline in args.policies:
-        results[baseline] = play(data, lambda env, b=baseline: ScriptedOfferPolicy(b, env, seed=args.seed),
+        results[baseline] = play(data.env_config, lambda env, b=baseline: ScriptedOfferPolicy(b, env, seed=args.seed),
                                  args.episodes, num_envs, args.seed, args.pyvrp_episodes > 0)
     gaps = {}
     if args.pyvrp_episodes > 0:
@@ -132,7 +133,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
             gaps[policy] = sum(ratios) / max(len(ratios), 1)
     mine = results[name]["return"]
     print(f"{args.episodes} episodes, seed {args.seed}" + (f", instances {args.instances}" if args.instances else ""))
-    header = f"{'policy':12s} {'return':>16s} {'cost km':>8s} {'failure':>8s} {'served':>7s} {'refused':>8s} {name + ' - it':>14s}"
+    header = (f"{'policy':12s} {'return':>16s} {'cost km':>8s} {'failure':>8s} {'served':>7s} {'refused':>8s} "
+              f"{name + ' - row':>14s}")
     print(header + ("  gap to PyVRP" if gaps else ""))
     table = {}
     for policy, result in results.items():

@@ -9,6 +9,7 @@ once, before anything is built.
 from __future__ import annotations
 
 import os
+import warnings
 
 # One torch thread is the measured default on shared 2-core machines; with more, OpenMP threads must
 # not spin-wait while another process computes (matrix products slowed down up to 50x).
@@ -19,6 +20,10 @@ from lightning.pytorch.cli import LightningCLI  # noqa: E402
 
 from modules.base import RLModule  # noqa: E402
 from pipelines.data import RLDataModule  # noqa: E402
+
+
+# Checkpoints hold the weights after the optimiser step, which is what resuming needs.
+warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
 
 
 class FitCLI(LightningCLI):

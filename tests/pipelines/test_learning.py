@@ -30,11 +30,11 @@ def trained(tmp_path_factory) -> str:
 
 def _beats_blind_baselines(ckpt: str, overrides: list[str], episodes: int) -> dict:
     model, data = load_run(CONFIG, ckpt, overrides)
-    mine = play(data, lambda env: model.collector_policy, episodes, min(episodes, 256), 10_000_000, False)["return"]
+    mine = play(data.env_config, lambda env: model.collector_policy, episodes, min(episodes, 256), 10_000_000)["return"]
     report = {}
     for name in ATTRIBUTE_BLIND:
-        theirs = play(data, lambda env, n=name: ScriptedOfferPolicy(n, env), episodes, min(episodes, 256),
-                      10_000_000, False)["return"]
+        theirs = play(data.env_config, lambda env, n=name: ScriptedOfferPolicy(n, env), episodes, min(episodes, 256),
+                      10_000_000)["return"]
         diff = mine - theirs
         se = (diff.std() / math.sqrt(episodes)).item()
         report[name] = (diff.mean().item(), se)

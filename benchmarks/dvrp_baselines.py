@@ -1,0 +1,62 @@
+"""The scripted baselines on the DVRP env: the table of ``shared/notes/dvrp-defaults.md`` reproduced.
+
+    python benchmarks/dvrp_baselines.py [--episodes 2000] [--instances GLOB] [--seed 12345] [--key=value ...]
+
+Every baseline plays the same seeded episodes. Prints a table (return +- SE, cost km, failure rate,
+served, refused offers, episodes/min) and, as the last stdout line, one JSON object with the same
+figures plus the share of the preferred -> clairvoyant gap each rule closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from envs.dvrp import DVRPConfig  # noqa: E402
+from envs.dvrp.baselines import BASELINES, ScriptedOfferPolicy  # noqa: E402
+from pipelines.evaluate import play  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=2000)
+    parser.add_argument("--num_envs", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=12345)
+    parser.add_argument("--instances", default=None, help="glob of benchmark files (capacity from the files)")
+    parser.add_argument("--num_vehicles", type=int, default=2)
+    args, extra = parser.parse_known_args()
+    torch.set_num_threads(1)
+    overrides = {k.lstrip("-"): json.loads(v) for k, v in (e.split("=", 1) for e in extra)}
+    if args.instances:
+        overrides.update(instances=args.instances, capacity=None)
+    config = DVRPConfig(num_vehicles=args.num_vehicles, **overrides)
+    table = {}
+    for name in BASELINES:
+        start = time.perf_counter()
+        r = play(config, lambda env, n=name: ScriptedOfferPolicy(n, env, seed=args.seed), args.episodes,
+                 min(args.num_envs, args.episodes), args.seed)
+        minutes = (time.perf_counter() - start) / 60
+        table[name] = {"return": r["return"].mean().item(), "return_se": (r["return"].std() / math.sqrt(args.episodes)).item(),
+                       "cost_km": r["cost_km"].mean().item(), "failure_rate": r["failure_rate"].mean().item(),
+                       "served": r["served"].mean().item(), "refused": r["refused"].mean().item(),
+                       "episodes_per_min": args.episodes / minutes}
+    lo, hi = table["preferred"]["return"], table["clairvoyant"]["return"]
+    for row in table.values():
+        row["gap_closed"] = (row["return"] - lo) / (hi - lo) if hi != lo else float("nan")
+    print(f"{args.episodes} episodes, seed {args.seed}, {config.instances or 'generated'}")
+    print(f"{'policy':12s} {'return':>15s} {'cost km':>8s} {'failure':>8s} {'served':>7s} {'refused':>8s} {'gap closed':>10s}")
+    for name, row in table.items():
+        print(f"{name:12s} {row['return']:7.1f} ± {row['return_se']:4.1f} {row['cost_km']:8.1f} {row['failure_rate']:8.3f} "
+              f"{row['served']:7.2f} {row['refused']:8.2f} {100 * row['gap_closed']:9.0f}%")
+    print(json.dumps(table))
+
+
+if __name__ == "__main__":
+    main()
