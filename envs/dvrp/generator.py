@@ -53,6 +53,16 @@ def draw_types_and_attributes(
     return kind, attributes
 
 
+def assemble(key: Tensor, type_mix: Tensor, separation: float, **fields: Tensor) -> TensorDict:
+    """The instance TensorDict ``[R]`` of the module docstring from its drawn fields (``depot``,
+    ``horizon``, ``capacity``, ``xy``, ``demand``, ``service``, ``ready``, ``due``): adds ``slot = due -
+    ready`` and draws the types and attributes (:func:`draw_types_and_attributes`)."""
+    xy = fields["xy"]
+    kind, attributes = draw_types_and_attributes(key, xy.shape[1], type_mix.to(xy.device), separation, xy.dtype)
+    return TensorDict(**fields, slot=fields["due"] - fields["ready"], kind=kind, attributes=attributes,
+                      batch_size=[xy.shape[0]], device=xy.device)
+
+
 def type_posterior(attributes: Tensor, type_mix: Tensor, separation: float) -> Tensor:
     """Exact p(k | x) of the generator, ``[..., K]``: softmax(log mix_k - ||x - sep * e_k||^2 / 2)."""
     log_lik = separation * attributes - 0.5 * separation**2
@@ -139,19 +149,8 @@ class InstanceGenerator:
         ready = lo + torch.floor(rng.uniform(key, _READY, (n,), dtype) * (hi - lo + 1.0))
         due = ready + self.window_width
         demand = 1.0 + torch.floor(rng.uniform(key, _DEMAND, (n,), dtype) * self.max_demand)
-        kind, attributes = draw_types_and_attributes(key, n, self.type_mix.to(device), self.separation, dtype)
-        return TensorDict(
-            depot=depot,
-            horizon=torch.full((r,), float(self.horizon), dtype=dtype, device=device),
-            capacity=torch.full((r,), float(self.capacity), dtype=dtype, device=device),
-            xy=xy,
-            demand=demand,
-            service=torch.full((r, n), float(self.service_time), dtype=dtype, device=device),
-            ready=ready,
-            due=due,
-            slot=due - ready,
-            kind=kind,
-            attributes=attributes,
-            batch_size=[r],
-            device=device,
-        )
+        full = dict(dtype=dtype, device=device)
+        return assemble(key, self.type_mix, self.separation, depot=depot,
+                        horizon=torch.full((r,), float(self.horizon), **full),
+                        capacity=torch.full((r,), float(self.capacity), **full), xy=xy, demand=demand,
+                        service=torch.full((r, n), float(self.service_time), **full), ready=ready, due=due)

@@ -19,7 +19,7 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from envs.dvrp import rng
-from envs.dvrp.generator import _FILE, _PICK, draw_types_and_attributes
+from envs.dvrp.generator import _FILE, _PICK, assemble
 
 
 def read_instance_file(path: str) -> dict[str, np.ndarray | float | str]:
@@ -113,7 +113,7 @@ class FileInstances:
 
     def sample(self, key: Tensor, dtype: torch.dtype = torch.float32) -> TensorDict:
         """One episode per key: int64 ``[R]`` -> instance TensorDict ``[R]`` (see ``generator``)."""
-        r, n, device = key.shape[0], self.num_customers, key.device
+        n, device = self.num_customers, key.device
         nfiles, width = self.xy.shape[0], self.xy.shape[1]
         f = (rng.uniform(key, _FILE, (), torch.float64) * nfiles).long().clamp_max(nfiles - 1).cpu()
         scores = rng.uniform(key, _PICK, (width - 1,), torch.float64).cpu()
@@ -124,20 +124,8 @@ class FileInstances:
         def take(t: Tensor) -> Tensor:
             return t[rows, pick].to(dtype=dtype, device=device)
 
-        ready, due = take(self.ready), take(self.due)
-        kind, attributes = draw_types_and_attributes(key, n, self.type_mix.to(device), self.separation, dtype)
-        return TensorDict(
-            depot=self.xy[f, 0].to(dtype=dtype, device=device),
-            horizon=self.due[f, 0].to(dtype=dtype, device=device),
-            capacity=self.capacity[f].to(dtype=dtype, device=device),
-            xy=take(self.xy),
-            demand=take(self.demand),
-            service=take(self.service),
-            ready=ready,
-            due=due,
-            slot=due - ready,
-            kind=kind,
-            attributes=attributes,
-            batch_size=[r],
-            device=device,
-        )
+        return assemble(key, self.type_mix, self.separation, depot=self.xy[f, 0].to(dtype=dtype, device=device),
+                        horizon=self.due[f, 0].to(dtype=dtype, device=device),
+                        capacity=self.capacity[f].to(dtype=dtype, device=device), xy=take(self.xy),
+                        demand=take(self.demand), service=take(self.service), ready=take(self.ready),
+                        due=take(self.due))
