@@ -24,7 +24,7 @@ CONFIG = str(REPO / "configs" / "dvrp.yaml")
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("headline")
-    fit(["--config", CONFIG, f"--trainer.logger.init_args.save_dir={out}", "--trainer.enable_progress_bar=false"])
+    fit(["--config", CONFIG, f"--trainer.logger.init_args.save_dir={out}"])
     return str(out / "dvrp" / "version_0" / "checkpoints" / "last.ckpt")
 
 
