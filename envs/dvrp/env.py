@@ -236,7 +236,7 @@ class DVRPEnv(EnvBase):
         """Price the current request under every shift; refresh ``windows``, ``mask`` and ``offer_cost``."""
         n = self.config.num_customers
         live = self.t < n
-        u = self._row + self.t.clamp_max(n - 1)
+        u = self._current()
         req = self.customers.view(-1, self.customers.shape[-1]).index_select(0, u)
         self._request = self.static.view(-1, self.static.shape[-1]).index_select(0, u)
         horizon = self.instances["horizon"].view(-1, 1, 1)
@@ -276,15 +276,18 @@ class DVRPEnv(EnvBase):
         )
 
     # ------------------------------------------------------------------ references and exports
+    def _current(self) -> Tensor:
+        """Flat index ``[B]`` (into ``[B * N]``) of each row's current request (the last one at done)."""
+        return self._row + self.t.clamp_max(self.config.num_customers - 1)
+
     def request_type(self) -> Tensor:
         """Hidden type k ``[B]`` of the current request (for the clairvoyant reference and diagnostics)."""
-        return self.kind.view(-1).index_select(0, self._row + self.t.clamp_max(self.config.num_customers - 1))
+        return self.kind.view(-1).index_select(0, self._current())
 
     def request_posterior(self) -> Tensor:
         """Exact generator posterior p(k | attributes) ``[B, K]`` of the current request."""
-        u = self._row + self.t.clamp_max(self.config.num_customers - 1)
-        x = self.customers.view(-1, self.customers.shape[-1]).index_select(0, u)[:, _ATTR:].float()
-        return type_posterior(x, self.type_mix, self.config.attribute_separation)
+        attributes = self._request[:, STATIC_FEATURES:]
+        return type_posterior(attributes, self.type_mix, self.config.attribute_separation)
 
     def export_episodes(self, rows: list[int] | None = None) -> list[dict]:
         """The current plans of ``rows`` (default all) as plain JSON-able dicts (call at ``done``, before a reset).

@@ -204,7 +204,6 @@ class InsertionOracle(CostOracle):
         self.plan_cost = torch.zeros(b, device=device, dtype=dtype)
         self._quoted: dict = {}
 
-
     def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor) -> None:
         dtype, length, b = self.plan.dtype, self.plan.shape[1], self.plan.shape[-1]
         empty = torch.zeros(9, length, 1, b, dtype=dtype, device=self.plan.device)
@@ -227,23 +226,25 @@ class InsertionOracle(CostOracle):
         span = int(self.length.max()) + 2  # positions in use; edges are (i, i + 1) for i < span - 1
         windows = windows.to(dtype)
         delta, arrive, bound, best = price(self.plan[:, :span], self.length, self.load, self.capacity, x, y,
-                                                 service, demand, windows.permute(2, 1, 0).contiguous(), self.margin)
+                                           service, demand, windows.permute(2, 1, 0).contiguous(), self.margin)
         best = best.t()  # [B, W]
         feasible = best < _FEASIBLE
-        self._quoted = dict(delta=delta, arrive=arrive, bound=bound, windows=windows, demand=demand,
-                            column=torch.stack([x, y, x, x, service, request.to(dtype)]))
+        # the request's node channels; READY / DUE are placeholders, `insert` puts the agreed window there
+        column = torch.stack([x, y, x, x, service, request.to(dtype)])
+        self._quoted = dict(delta=delta, arrive=arrive, bound=bound, windows=windows, demand=demand, column=column)
         return Quote(delta=torch.where(feasible, best, torch.inf), feasible=feasible)
 
     def commit(self, window: Tensor, accept: Tensor) -> Tensor:
         q = self._quoted
         win = q["windows"].gather(1, window.view(-1, 1, 1).expand(-1, 1, 2)).squeeze(1).t()  # [2, B]
         span = q["delta"].shape[0] + 2  # the longest route after insertion ends at index <= span - 1
-        new, self.length, self.load, increase, bad = insert(
+        new, length, load, increase, bad = insert(
             self.plan[:, :span], self.length, self.load, q["delta"], q["arrive"], q["bound"], win, accept,
             q["column"], q["demand"])
-        if bool(bad.any()):
+        if bool(bad.any()):  # checked before any state changes: the plan stays as it was
             raise ValueError("commit: an accepted window has no feasible insertion (it was not quoted feasible)")
         self.plan[:, :span] = new
+        self.length, self.load = length, load
         self.plan_cost = self.plan_cost + increase
         return increase
 
@@ -251,7 +252,7 @@ class InsertionOracle(CostOracle):
         return self.plan[NODE, 1:].long().permute(2, 1, 0)
 
     def cost(self) -> Tensor:
-        return self.plan_cost.clone()
+        return self.plan_cost  # replaced, never written in place
 
     def vehicles(self) -> tuple[Tensor, Tensor, Tensor]:
         back = self.plan[START].gather(0, (self.length + 1).unsqueeze(0)).squeeze(0)
