@@ -1,6 +1,7 @@
 """Lightning callbacks, one behaviour each."""
 
+from callbacks.embedding import EmbeddingUpdate
 from callbacks.evaluation import PolicyEvaluation
 from callbacks.progress import FrameProgressBar
 
-__all__ = ["FrameProgressBar", "PolicyEvaluation"]
+__all__ = ["EmbeddingUpdate", "FrameProgressBar", "PolicyEvaluation"]

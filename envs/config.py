@@ -5,12 +5,20 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 import torch
+from torch import nn
 from torchrl.envs import EnvBase
 
 
 class EnvConfig(ABC):
     """A problem's parameters. Subclasses are plain classes whose ``__init__`` arguments are the config
-    keys (validated there, so a bad value stops before any work), and build the env in :meth:`make`."""
+    keys (validated there, so a bad value stops before any work), and build the env in :meth:`make`.
+
+    Attributes:
+        embedding_model: a learned model the env's observations depend on (shared by every env built
+            from this config, retrained by ``callbacks.EmbeddingUpdate``), or None.
+    """
+
+    embedding_model: nn.Module | None = None
 
     @abstractmethod
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:

@@ -11,6 +11,10 @@ to ``module.on_collected`` and yields what the algorithm trains on:
 * off-policy (later): collected frames extend a replay buffer, ``utd_ratio`` samples per batch.
 
 The stream ends when ``total_frames`` (summed over ranks) have been collected, and stops the trainer.
+
+Callbacks that need the raw collected data implement the optional hook
+``on_batch_collected(trainer, pl_module, batch)``: it receives every collected ``[B, T]`` batch, on
+every rank, before the module processes it (``callbacks.EmbeddingUpdate`` fills its outcome store so).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import lightning as L
 import torch
 from jsonargparse.typing import PositiveInt
 from tensordict import TensorDict
+from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 from torchrl.collectors import Collector
 from torchrl.envs import EnvBase
@@ -89,6 +94,22 @@ class RLDataModule(L.LightningDataModule):
                 td[key] = torch.ones_like(td[key])
         return td
 
+    def embedding_model(self) -> nn.Module | None:
+        """The learned model the env's observations depend on (``env.embedding_model``), or None."""
+        return self.env_config.embedding_model
+
+    def update_embedding(self, state_dict: dict) -> None:
+        """Load new weights into the embedding model: every env of this config (training and
+        evaluation) uses them from its next episode on.
+
+        Raises:
+            ValueError: the env has no embedding model.
+        """
+        model = self.embedding_model()
+        if model is None:
+            raise ValueError("the env has no embedding model (e.g. set data.init_args.env.init_args.flexibility)")
+        model.load_state_dict(state_dict)
+
     def collector(self) -> Collector:
         """The collector (built on first use, so a restored checkpoint's env state is in place)."""
         if self._collector is None:
@@ -105,15 +126,26 @@ class RLDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict:
-        """The env's instance stream position (each row restarts the episode in progress on resume)."""
+        """The env's instance stream position (each row restarts the episode in progress on resume) and
+        the embedding model's weights."""
+        state = {}
         base = getattr(self.env, "base_env", self.env)
-        return {"env_rng": base.rng_state()} if hasattr(base, "rng_state") else {}
+        if hasattr(base, "rng_state"):
+            state["env_rng"] = base.rng_state()
+        if self.embedding_model() is not None:
+            state["embedding_model"] = {k: v.detach().cpu().clone() for k, v in self.embedding_model().state_dict().items()}
+        return state
 
     def load_state_dict(self, state_dict: dict) -> None:
+        if "embedding_model" in state_dict:
+            self.update_embedding(state_dict["embedding_model"])
         base = getattr(self.env, "base_env", self.env)
         if "env_rng" in state_dict and hasattr(base, "load_rng_state"):
             rng = dict(state_dict["env_rng"])
             rng["row_seed"] = base.rng_state()["row_seed"]  # this rank's own rows
+            if self.rank != 0:  # rank 0's instances: this rank's restarted episodes recompute theirs
+                rng.pop("predictions", None)
+                rng.pop("acceptance", None)
             base.load_rng_state(rng)
 
     # ------------------------------------------------------------------ stream
@@ -122,7 +154,12 @@ class RLDataModule(L.LightningDataModule):
         module = self.trainer.lightning_module
         iterator = iter(self.collector())
         while module.collected_frames < self.total_frames:
-            yield module.on_collected(next(iterator))
+            batch = next(iterator)
+            for callback in self.trainer.callbacks:
+                hook = getattr(callback, "on_batch_collected", None)
+                if hook is not None:
+                    hook(self.trainer, module, batch)
+            yield module.on_collected(batch)
         self.trainer.should_stop = True
 
     def training_batches(self) -> Iterator[TensorDict]:

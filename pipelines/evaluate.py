@@ -2,6 +2,7 @@
 
     python -m pipelines.evaluate --config configs/dvrp.yaml --ckpt_path CKPT [--episodes 256]
         [--instances GLOB] [--routes_out FILE] [--pyvrp_episodes K] [--seed S] [dotted overrides]
+        [--compare_config CFG [--compare_config CFG2] --compare_ckpt CKPT2]
 
 Every policy plays the same episodes (same instances, arrival orders, types and attributes): the
 env is rebuilt with the same seed for each. Prints a table (mean return +- standard error, cost,
@@ -9,7 +10,9 @@ failure rate, served, refused offers, the paired difference to the trained polic
 ``--pyvrp_episodes`` the online plan's gap to a PyVRP re-solve of the same served set), then, as the
 last stdout line, one JSON object ``{policy: {mean_return, return_se, mean_cost_km, failure_rate,
 mean_served}}``. ``--routes_out`` writes the trained policy's plans as JSON (see
-``DVRPEnv.export_episodes``) that other tools can check without this code.
+``DVRPEnv.export_episodes``) that other tools can check without this code. ``--compare_ckpt`` adds a
+second trained run (its own configs, e.g. an ablation) as the row ``<name>[<last config's stem>]``, on
+the same episodes. A run's learned env model (the flexibility model) is restored with its weights.
 """
 
 from __future__ import annotations
@@ -27,28 +30,34 @@ from envs.dvrp.baselines import BASELINES, ScriptedOfferPolicy
 from envs.dvrp.config import DVRPConfig
 from envs.dvrp.env import DVRPEnv
 from envs.dvrp.reference import solve_with_pyvrp
-from pipelines.fit import FitCLI
 from modules.base import RLModule
 from pipelines.data import RLDataModule
+from pipelines.fit import FitCLI
 
 
-def load_run(config: str, ckpt_path: str, overrides: list[str]) -> tuple[RLModule, RLDataModule]:
-    """Build model and data module from a fit config (plus dotted overrides) and load the weights.
+def load_run(configs: str | list[str], ckpt_path: str, overrides: list[str]) -> tuple[RLModule, RLDataModule]:
+    """Build model and data module from fit configs (later ones override earlier ones, then the dotted
+    overrides) and load the checkpoint: the weights and the data module's state (the env's learned
+    model, if any).
 
     Raises:
-        FileNotFoundError: the config or the checkpoint does not exist.
+        FileNotFoundError: a config or the checkpoint does not exist.
     """
-    for path, what in ((config, "config"), (ckpt_path, "checkpoint")):
+    configs = [configs] if isinstance(configs, str) else list(configs)
+    for path, what in [*((c, "config") for c in configs), (ckpt_path, "checkpoint")]:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{what} not found: {path!r}")
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                  save_config_callback=None, auto_configure_optimizers=False,
-                 args=["--config", config, "--trainer.logger=false", "--trainer.enable_checkpointing=false",
-                       "--trainer.callbacks=[]", *overrides])
+                 args=[*(a for c in configs for a in ("--config", c)), "--trainer.logger=false",
+                       "--trainer.enable_checkpointing=false", "--trainer.callbacks=[]", *overrides])
     model, data = cli.model, cli.datamodule
     model.materialize(data.example_observation())
     checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
     model.load_state_dict(checkpoint["state_dict"])
+    data_state = checkpoint.get(type(data).__qualname__)
+    if data_state:
+        data.load_state_dict(data_state)
     model.eval()
     return model, data
 
@@ -93,7 +102,7 @@ def summary(result: dict) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True, help="the fit config of the run")
+    parser.add_argument("--config", required=True, action="append", help="the fit config(s) of the run")
     parser.add_argument("--ckpt_path", required=True, help="checkpoint of the trained policy")
     parser.add_argument("--episodes", type=int, default=256, help="episodes per policy")
     parser.add_argument("--instances", default=None, help="glob of Solomon .txt / VRPLIB .vrp files "
@@ -105,12 +114,16 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--pyvrp_episodes", type=int, default=0, help="re-solve this many episodes per policy with PyVRP")
     parser.add_argument("--pyvrp_seconds", type=float, default=1.0, help="PyVRP time per episode")
     parser.add_argument("--num_threads", type=int, default=1)
+    parser.add_argument("--compare_config", action="append", default=None, help="config(s) of a second run")
+    parser.add_argument("--compare_ckpt", default=None, help="checkpoint of a second run, played on the same episodes")
     args, overrides = parser.parse_known_args(argv)
     if args.episodes < 1 or args.num_envs < 1:
         parser.error(f"--episodes and --num_envs must be >= 1 (got {args.episodes}, {args.num_envs})")
     unknown = [p for p in args.policies if p not in BASELINES]
     if unknown:
         parser.error(f"unknown --policies {unknown}; allowed: {', '.join(BASELINES)}")
+    if (args.compare_ckpt is None) != (args.compare_config is None):
+        parser.error("--compare_ckpt and --compare_config go together")
     torch.set_num_threads(args.num_threads)
     if args.instances is not None:
         env = {"class_path": "envs.dvrp.DVRPConfig", "init_args": {"instances": args.instances, "capacity": None}}
@@ -120,6 +133,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     num_envs = min(args.num_envs, args.episodes)
     keep = args.routes_out is not None or args.pyvrp_episodes > 0
     results = {name: play(data.env_config, lambda env: model.collector_policy, args.episodes, num_envs, args.seed, keep)}
+    if args.compare_ckpt is not None:
+        other, other_data = load_run(args.compare_config, args.compare_ckpt, overrides)
+        label = f"{name}[{os.path.splitext(os.path.basename(args.compare_config[-1]))[0]}]"
+        results[label] = play(other_data.env_config, lambda env: other.collector_policy, args.episodes, num_envs,
+                              args.seed, keep)
     for baseline in args.policies:
         results[baseline] = play(data.env_config, lambda env, b=baseline: ScriptedOfferPolicy(b, env, seed=args.seed),
                                  args.episodes, num_envs, args.seed, args.pyvrp_episodes > 0)
@@ -133,7 +151,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
             gaps[policy] = sum(ratios) / max(len(ratios), 1)
     mine = results[name]["return"]
     print(f"{args.episodes} episodes, seed {args.seed}" + (f", instances {args.instances}" if args.instances else ""))
-    header = (f"{'policy':12s} {'return':>16s} {'cost km':>8s} {'failure':>8s} {'served':>7s} {'refused':>8s} "
+    width = max(12, *(len(p) for p in results))
+    header = (f"{'policy':{width}s} {'return':>16s} {'cost km':>8s} {'failure':>8s} {'served':>7s} {'refused':>8s} "
               f"{name + ' - row':>14s}")
     print(header + ("  gap to PyVRP" if gaps else ""))
     table = {}
@@ -143,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         diff = mine - result["return"]
         paired = "" if policy == name else f"{diff.mean().item():+7.1f} ± {(diff.std() / math.sqrt(n)).item():4.1f}"
         gap = f"  {100 * gaps[policy]:+.1f}%" if policy in gaps else ""
-        print(f"{policy:12s} {s['mean_return']:8.1f} ± {s['return_se']:5.1f} {s['mean_cost_km']:8.1f} "
+        print(f"{policy:{width}s} {s['mean_return']:8.1f} ± {s['return_se']:5.1f} {s['mean_cost_km']:8.1f} "
               f"{s['failure_rate']:8.3f} {s['mean_served']:7.2f} {result['refused'].mean().item():8.2f} {paired:>14s}{gap}")
     if "prior" in table and "informed" in table:
         lo, hi = table["prior"]["mean_return"], table["informed"]["mean_return"]

@@ -1,6 +1,6 @@
 """Dynamic VRP with time windows and window offers (the headline problem)."""
 
-from envs.dvrp.config import DVRPConfig
+from envs.dvrp.config import DVRPConfig, FlexibilityConfig
 from envs.dvrp.env import DVRPEnv
 
-__all__ = ["DVRPConfig", "DVRPEnv"]
+__all__ = ["DVRPConfig", "DVRPEnv", "FlexibilityConfig"]

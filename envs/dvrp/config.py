@@ -2,19 +2,42 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
+from torch import Tensor
 
 from envs.config import EnvConfig
 from envs.dvrp.env import DVRPEnv
-from envs.dvrp.generator import InstanceGenerator
+from envs.dvrp.generator import InstanceGenerator, type_posterior
 from envs.dvrp.reader import FileInstances, expand_instance_paths
+from modules.flexibility import FlexibilityModel
 
 
 def _require(ok: bool, key: str, value: object, allowed: str) -> None:
     if not ok:
         raise ValueError(f"env.{key}={value!r} is not allowed: {allowed}")
+
+
+@dataclass
+class FlexibilityConfig:
+    """The learned customer-flexibility model of the env (``env.flexibility``).
+
+    With it, the env adds the model's p(k | attributes) and embedding to every customer row and to the
+    request, the predicted acceptance probability to every offer, and records each offer's outcome
+    (``outcome``) for ``callbacks.EmbeddingUpdate``, which retrains the model during the run.
+
+    Args:
+        embedding_dim: D, width of the customer embedding.
+        hidden_dim: width of the model's hidden layer.
+        refusal_mask_threshold: when set, offers whose predicted refusal probability P(k < |s| | x)
+            exceeds it are masked, on top of the feasibility mask (reject is never masked).
+    """
+
+    embedding_dim: int = 4
+    hidden_dim: int = 32
+    refusal_mask_threshold: float | None = None
 
 
 class DVRPConfig(EnvConfig):
@@ -40,6 +63,7 @@ class DVRPConfig(EnvConfig):
             are taken from the files.
         oracle: the plan's cost oracle; ``insertion`` = vectorised cheapest insertion.
         dtype: float type of instance data and plans.
+        flexibility: the learned customer-flexibility model (:class:`FlexibilityConfig`), or null for none.
 
     Raises:
         ValueError: a key out of its allowed range (the message names the key); FileNotFoundError: an
@@ -65,6 +89,7 @@ class DVRPConfig(EnvConfig):
         instances: str | None = None,
         oracle: Literal["insertion"] = "insertion",
         dtype: Literal["float32", "float64"] = "float32",
+        flexibility: FlexibilityConfig | None = None,
     ) -> None:
         type_mix = [float(p) for p in type_mix]
         _require(num_customers >= 1, "num_customers", num_customers, "must be >= 1")
@@ -81,6 +106,12 @@ class DVRPConfig(EnvConfig):
         _require(num_clusters >= 1, "num_clusters", num_clusters, "must be >= 1")
         _require(window_width > 0, "window_width", window_width, "must be > 0")
         _require(service_time >= 0, "service_time", service_time, "must be >= 0")
+        if flexibility is not None:
+            _require(flexibility.embedding_dim >= 1, "flexibility.embedding_dim", flexibility.embedding_dim, "must be >= 1")
+            _require(flexibility.hidden_dim >= 1, "flexibility.hidden_dim", flexibility.hidden_dim, "must be >= 1")
+            threshold = flexibility.refusal_mask_threshold
+            _require(threshold is None or 0.0 <= threshold < 1.0, "flexibility.refusal_mask_threshold", threshold,
+                     "must be in [0, 1) or null")
         self.num_customers = num_customers
         self.num_vehicles = num_vehicles
         self.capacity = capacity
@@ -98,6 +129,10 @@ class DVRPConfig(EnvConfig):
         self.instances = instances
         self.oracle = oracle
         self.dtype = dtype
+        self.flexibility = flexibility
+        # one model shared by every env built from this config (training and evaluation envs alike)
+        self.embedding_model = None if flexibility is None else FlexibilityModel(
+            len(type_mix), len(type_mix), flexibility.embedding_dim, flexibility.hidden_dim)
         mix = torch.tensor(type_mix, dtype=torch.float64)
         if instances is None:
             _require(capacity is not None, "capacity", capacity, "required for generated instances")
@@ -112,6 +147,11 @@ class DVRPConfig(EnvConfig):
     def num_types(self) -> int:
         """K, the number of flexibility types."""
         return len(self.type_mix)
+
+    def type_posterior(self, attributes: Tensor) -> Tensor:
+        """The generator's exact p(k | attributes) ``[..., K]`` (diagnostics: the Bayes classifier)."""
+        return type_posterior(attributes, torch.tensor(self.type_mix, device=attributes.device),
+                              self.attribute_separation)
 
     @property
     def num_actions(self) -> int:

@@ -22,6 +22,7 @@ from envs.dvrp import rng
 from envs.dvrp.generator import type_posterior
 from envs.dvrp.oracle import CostOracle, InsertionOracle
 from envs.dvrp.render import plot_routes
+from modules.flexibility import acceptance_log_prob
 
 if TYPE_CHECKING:
     from envs.dvrp.config import DVRPConfig
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 UNSEEN, SERVED, LOST = 0, 1, 2
 COORD_SCALE = 100.0  # km; coordinates are divided by it in observations
 STATIC_FEATURES = 7  # + K attributes: x, y, demand/Q, window start/H, end/H, service/H, slot/H
-OFFER_FEATURES = 8
+OFFER_FEATURES = 8  # + 1 (predicted acceptance) with a flexibility model
 VEHICLE_FEATURES = 3
 REPORT_KEYS = ("plan_cost_km", "served", "failure_rate", "refused")
 _PACKED = ("demand", "service", "ready", "due", "slot")  # packed customer columns 2..6 (after x, y)
@@ -49,16 +50,24 @@ class DVRPEnv(EnvBase):
           (the agreed window once served, else the preferred one), service/H, slot/H, K attributes and
           a one-hot status (unseen / served / lost). A customer is unseen until its request has been
           decided (the current request is ``request``); unseen rows are zeros but for their status:
-          the future is not observed.
-        * ``request`` ``[B, 10 + K]``: the current request's x/100, y/100, demand/Q, e/H, l/H, service/H,
-          slot/H and K attributes (zeros at ``done``), then t/N, served/N, plan cost / (N * served_reward).
+          the future is not observed. With a flexibility model (``config.flexibility``) the K
+          attributes are followed by the model's p(k | attributes) ``[K]`` and embedding ``[D]``
+          (computed when the episode starts, with the model of that moment): ``[B, N, 10 + 2K + D]``.
+        * ``request`` ``[B, 10 + K]`` (``[B, 10 + 2K + D]`` with the model): the current request's x/100,
+          y/100, demand/Q, e/H, l/H, service/H, slot/H, K attributes (and the model's columns; zeros at
+          ``done``), then t/N, served/N, plan cost / (N * served_reward).
         * ``offers`` ``[B, A, 8]``: per action shift/S, |shift|/S, is-reject, offered window start/H,
-          end/H, width/slot, insertion cost / served_reward, feasible.
+          end/H, width/slot, insertion cost / served_reward, feasible; with the model a 9th column, the
+          predicted acceptance probability P(k >= |s| | x) (0 for reject).
         * ``vehicles`` ``[B, M, 3]``: load/Q, customers on the route / N, return time to the depot / H.
         * ``depot`` ``[B, 2]``: depot x/100, y/100.
         * ``action_mask`` bool ``[B, A]``: True = allowed. An offer is masked when its window is empty
           after clipping or cannot be inserted feasibly (capacity, every promised window, return by H).
-          Reject is always allowed.
+          Reject is always allowed. With ``flexibility.refusal_mask_threshold`` set, offers whose predicted
+          refusal probability exceeds it are masked too.
+        * ``outcome`` (with the model): the decided offer, for the model's training: ``attributes``
+          ``[B, K]``, int64 ``shift`` ``[B]`` (|s|), bool ``offered`` (False for a reject and at reset),
+          bool ``accepted`` and int64 ``kind`` ``[B]`` (the hidden type, for diagnostics only).
         * ``offer_cost`` ``[B, A]``: insertion cost of each offer (km), 0 where masked and for reject.
         * ``report``: ``plan_cost_km``, ``served``, ``failure_rate`` (lost / N) and ``refused`` (offers
           declined by the customer), each ``[B, 1]``, so far in the episode; final at ``done``.
@@ -96,6 +105,8 @@ class DVRPEnv(EnvBase):
         self.num_windows = 2 * s + 1
         self.num_actions = 2 * s + 2
         self.dtype = getattr(torch, config.dtype)
+        self.flexibility = config.embedding_model  # shared with the config; None without the model
+        extra = 0 if self.flexibility is None else k + self.flexibility.embedding_dim
         dev = self.device
         self.shifts = torch.arange(-s, s + 1, device=dev)
         self.oracle: CostOracle = InsertionOracle(b, m, n, device=dev, dtype=self.dtype)
@@ -106,8 +117,8 @@ class DVRPEnv(EnvBase):
         # instance data: the TensorDict (for exports and rare reads) and packed copies for the step
         self.instances = config.source.sample(self.row_seed.clone(), self.dtype).to(dev)
         self.customers = torch.zeros(b, n, _ATTR + k, dtype=self.dtype, device=dev)  # raw, packed
-        self.static = torch.zeros(b, n, STATIC_FEATURES + k, device=dev)  # normalised table columns
-        self.table = torch.zeros(b, n, STATIC_FEATURES + k + 3, device=dev)
+        self.static = torch.zeros(b, n, STATIC_FEATURES + k + extra, device=dev)  # normalised table columns
+        self.table = torch.zeros(b, n, STATIC_FEATURES + k + extra + 3, device=dev)
         self.kind = torch.zeros(b, n, dtype=torch.long, device=dev)
         self.t = torch.zeros(b, dtype=torch.long, device=dev)
         self.status = torch.zeros(b, n, dtype=torch.long, device=dev)
@@ -117,7 +128,11 @@ class DVRPEnv(EnvBase):
         self.offer_cost = torch.zeros(b, self.num_actions, device=dev)
         self.mask = torch.ones(b, self.num_actions, dtype=torch.bool, device=dev)
         self._row = torch.arange(b, device=dev) * n  # flat index of each row's customer 0
-        self._request = torch.zeros(b, STATIC_FEATURES + k, device=dev)  # normalised current request
+        self._request = torch.zeros(b, STATIC_FEATURES + k + extra, device=dev)  # normalised current request
+        self.acceptance = torch.ones(b, n, self.num_windows, device=dev)  # predicted P(k >= |s|) per window
+        self._accept_p = torch.ones(b, self.num_windows, device=dev)  # ... of the current request
+        self._outcome = self._no_outcome(b, k)
+        self._saved: tuple[Tensor, Tensor, Tensor] | None = None  # restored predictions, rows still to use them
         # per action: the smallest type that accepts it (|shift|; reject: K, accepted by nobody)
         self._need = torch.cat([self.shifts.abs(), torch.tensor([k], device=dev)])
         self._steps = self.shifts.to(self.dtype).view(-1, 1)  # [W, 1]
@@ -126,21 +141,28 @@ class DVRPEnv(EnvBase):
         offer_const = torch.stack([self.shifts / max(s, 1), self.shifts.abs() / max(s, 1),
                                    torch.zeros(self.num_windows, device=dev)], -1)
         self._offer_const = torch.cat([offer_const, torch.tensor([[0.0, 0.0, 1.0]], device=dev)]).float()
-        self._make_specs(b, n, m, k)
+        self._make_specs(b, n, m, k, extra)
 
     # ------------------------------------------------------------------ specs
-    def _make_specs(self, b: int, n: int, m: int, k: int) -> None:
+    def _make_specs(self, b: int, n: int, m: int, k: int, extra: int) -> None:
         a = self.num_actions
         f32 = dict(dtype=torch.float32, device=self.device)
+        outcome = {} if self.flexibility is None else {"outcome": Composite(
+            attributes=Unbounded(shape=(b, k), **f32),
+            shift=Unbounded(shape=(b,), dtype=torch.long, device=self.device),
+            offered=Unbounded(shape=(b,), dtype=torch.bool, device=self.device),
+            accepted=Unbounded(shape=(b,), dtype=torch.bool, device=self.device),
+            kind=Unbounded(shape=(b,), dtype=torch.long, device=self.device), shape=(b,))}
         self.observation_spec = Composite(
-            customers=Unbounded(shape=(b, n, STATIC_FEATURES + k + 3), **f32),
-            request=Unbounded(shape=(b, 10 + k), **f32),
-            offers=Unbounded(shape=(b, a, OFFER_FEATURES), **f32),
+            customers=Unbounded(shape=(b, n, STATIC_FEATURES + k + extra + 3), **f32),
+            request=Unbounded(shape=(b, 10 + k + extra), **f32),
+            offers=Unbounded(shape=(b, a, OFFER_FEATURES + (extra > 0)), **f32),
             vehicles=Unbounded(shape=(b, m, VEHICLE_FEATURES), **f32),
             depot=Unbounded(shape=(b, 2), **f32),
             action_mask=Binary(n=a, shape=(b, a), dtype=torch.bool, device=self.device),
             offer_cost=Unbounded(shape=(b, a), **f32),
             report=Composite({key: Unbounded(shape=(b, 1), **f32) for key in REPORT_KEYS}, shape=(b,)),
+            **outcome,
             shape=(b,),
         )
         self.action_spec = Categorical(n=a, shape=(b,), device=self.device)
@@ -153,11 +175,19 @@ class DVRPEnv(EnvBase):
         self.episode = torch.zeros_like(self.row_seed)
 
     def rng_state(self) -> dict[str, Tensor]:
-        """Row seeds and the index of each row's episode in progress (resuming restarts that episode)."""
-        return {"row_seed": self.row_seed.cpu(), "episode": (self.episode - 1).clamp_min(0).cpu()}
+        """What replays the episodes in progress: row seeds, the index of each row's episode in progress
+        (resuming restarts that episode) and, with a flexibility model, the predictions those episodes
+        started with (``predictions`` ``[B, N, K + D]``, ``acceptance`` ``[B, N, W]``): the model may
+        have been updated since."""
+        state = {"row_seed": self.row_seed.cpu(), "episode": (self.episode - 1).clamp_min(0).cpu()}
+        if self.flexibility is not None:
+            state["predictions"] = self.static[..., STATIC_FEATURES + self.config.num_types:].cpu().clone()
+            state["acceptance"] = self.acceptance.cpu().clone()
+        return state
 
     def load_rng_state(self, state: dict[str, Tensor]) -> None:
-        """Restore :meth:`rng_state`: the next reset of row b draws episode ``state["episode"][b]``.
+        """Restore :meth:`rng_state`: the next reset of row b draws episode ``state["episode"][b]`` (with
+        the saved predictions, when present).
 
         Raises:
             ValueError: the state was saved from an env with another batch size.
@@ -166,6 +196,9 @@ class DVRPEnv(EnvBase):
             raise ValueError(f"env state has {state['row_seed'].shape[0]} rows, this env {self.row_seed.shape[0]}")
         self.row_seed = state["row_seed"].to(self.device)
         self.episode = state["episode"].to(self.device)
+        if self.flexibility is not None and "predictions" in state:
+            self._saved = (state["predictions"].to(self.device), state["acceptance"].to(self.device),
+                           torch.ones(self.batch_size[0], dtype=torch.bool, device=self.device))
 
     # ------------------------------------------------------------------ dynamics
     def _reset(self, tensordict: TensorDict | None = None, **kwargs) -> TensorDict:
@@ -181,10 +214,12 @@ class DVRPEnv(EnvBase):
         self.instances[idx] = new
         self.customers[idx] = torch.cat([new["xy"], torch.stack([new[c] for c in _PACKED], -1), new["attributes"]], -1)
         horizon, capacity = new["horizon"][:, None, None], new["capacity"][:, None, None]
-        self.static[idx] = torch.cat([
-            new["xy"] / COORD_SCALE, new["demand"].unsqueeze(-1) / capacity,
-            torch.stack([new["ready"], new["due"], new["service"], new["slot"]], -1) / horizon,
-            new["attributes"]], -1).float()
+        columns = [new["xy"] / COORD_SCALE, new["demand"].unsqueeze(-1) / capacity,
+                   torch.stack([new["ready"], new["due"], new["service"], new["slot"]], -1) / horizon,
+                   new["attributes"]]
+        if self.flexibility is not None:
+            columns.extend(self._predict(new["attributes"], idx))
+        self.static[idx] = torch.cat(columns, -1).float()
         self.kind[idx] = new["kind"]
         self.t = torch.where(rows, 0, self.t)
         self.status = torch.where(rows.unsqueeze(-1), UNSEEN, self.status)
@@ -195,6 +230,7 @@ class DVRPEnv(EnvBase):
         unseen = torch.zeros_like(self.table[0])
         unseen[:, -3 + UNSEEN] = 1.0
         self.table = torch.where(rows.view(-1, 1, 1), unseen, self.table)
+        self._outcome = self._no_outcome(b, self.config.num_types)
         self._quote()
         return self._observation()
 
@@ -224,6 +260,11 @@ class DVRPEnv(EnvBase):
         row = torch.cat([self._request[:, :3], row, self._request[:, 5:],
                          torch.nn.functional.one_hot(status, 3).float()], -1)
         self.table = self.table.view(-1, self.table.shape[-1]).index_copy(0, flat, row).view_as(self.table)
+        if self.flexibility is not None:
+            k = self.config.num_types
+            self._outcome = TensorDict(attributes=self._request[:, STATIC_FEATURES:STATIC_FEATURES + k],
+                                       shift=self._need.index_select(0, window), offered=offered, accepted=accept,
+                                       kind=self.kind.view(-1).index_select(0, flat), batch_size=[b])
         self.t = self.t + 1
         self._quote()
         out = self._observation()
@@ -244,6 +285,11 @@ class DVRPEnv(EnvBase):
         self.windows = torch.minimum(shifted.clamp_min(0.0), horizon)
         quote = self.oracle.quote(self.t.clamp_max(n - 1), req[:, :2], req[:, _DEMAND], req[:, _SERVICE], self.windows)
         feasible = quote.feasible & (self.windows[..., 1] > self.windows[..., 0]) & live.unsqueeze(-1)
+        if self.flexibility is not None:
+            self._accept_p = self.acceptance.view(-1, self.num_windows).index_select(0, u)
+            threshold = self.config.flexibility.refusal_mask_threshold
+            if threshold is not None:
+                feasible = feasible & (1.0 - self._accept_p <= threshold)
         self.mask = torch.cat([feasible, self._ones], -1)
         self.offer_cost = torch.cat([torch.where(feasible, quote.delta, 0.0).float(), self._zeros], -1)
 
@@ -258,10 +304,14 @@ class DVRPEnv(EnvBase):
         windows = (self.windows / horizon.unsqueeze(-1)).float()
         width = (windows[..., 1:] - windows[..., :1]) / self._request[:, None, 6:7].clamp_min(1e-9)
         offered = torch.nn.functional.pad(torch.cat([windows, width], -1), (0, 0, 0, 1))  # reject row: zeros
-        offers = torch.cat([self._offer_const.expand(b, -1, -1), offered, (self.offer_cost / r).unsqueeze(-1),
-                            self.mask.unsqueeze(-1).float()], -1)
+        offers = [self._offer_const.expand(b, -1, -1), offered, (self.offer_cost / r).unsqueeze(-1),
+                  self.mask.unsqueeze(-1).float()]
+        if self.flexibility is not None:
+            offers.append(torch.nn.functional.pad(self._accept_p, (0, 1)).unsqueeze(-1))
+        offers = torch.cat(offers, -1)
         load, count, back = self.oracle.vehicles()
         vehicles = torch.stack([load / inst["capacity"].unsqueeze(-1), count / n, back / horizon], -1).float()
+        outcome = {} if self.flexibility is None else {"outcome": self._outcome}
         return TensorDict(
             customers=self.table,
             request=torch.cat([self._request * (t < n), progress], -1),
@@ -272,8 +322,36 @@ class DVRPEnv(EnvBase):
             offer_cost=self.offer_cost,
             report=TensorDict(plan_cost_km=plan_cost, served=served, failure_rate=(t - served) / n,
                               refused=refused, batch_size=[b]),
+            **outcome,
             batch_size=[b],
         )
+
+    def _predict(self, attributes: Tensor, idx: Tensor) -> list[Tensor]:
+        """The flexibility model's p(k | x) and embedding of new rows ``idx``, as one ``[R, N, K + D]``
+        block of table columns; also stores their predicted acceptance of every window, P(k >= |s| | x)
+        ``[R, N, W]``. Rows restarted by a resume take the predictions they were saved with."""
+        device = next(self.flexibility.parameters()).device
+        with torch.no_grad():
+            log_p, embedding = self.flexibility(attributes.float().to(device))
+            accept = acceptance_log_prob(log_p.unsqueeze(-2), self._need[: self.num_windows].to(device)).exp()
+        predictions = torch.cat([log_p.exp(), embedding], -1).to(self.device)
+        accept = accept.to(self.device)
+        if self._saved is not None:  # a resumed run restarts these episodes with their original predictions
+            saved, saved_accept, pending = self._saved
+            use = pending[idx]
+            predictions = torch.where(use.view(-1, 1, 1), saved[idx], predictions)
+            accept = torch.where(use.view(-1, 1, 1), saved_accept[idx], accept)
+            pending[idx] = False
+        self.acceptance[idx] = accept
+        return [predictions]
+
+    def _no_outcome(self, b: int, k: int) -> TensorDict:
+        """An ``outcome`` with nothing offered (at reset)."""
+        dev = self.device
+        return TensorDict(attributes=torch.zeros(b, k, device=dev), shift=torch.zeros(b, dtype=torch.long, device=dev),
+                          offered=torch.zeros(b, dtype=torch.bool, device=dev),
+                          accepted=torch.zeros(b, dtype=torch.bool, device=dev),
+                          kind=torch.zeros(b, dtype=torch.long, device=dev), batch_size=[b])
 
     # ------------------------------------------------------------------ references and exports
     def _current(self) -> Tensor:
@@ -286,7 +364,7 @@ class DVRPEnv(EnvBase):
 
     def request_posterior(self) -> Tensor:
         """Exact generator posterior p(k | attributes) ``[B, K]`` of the current request."""
-        attributes = self._request[:, STATIC_FEATURES:]
+        attributes = self._request[:, STATIC_FEATURES:STATIC_FEATURES + self.config.num_types]
         return type_posterior(attributes, self.type_mix, self.config.attribute_separation)
 
     def export_episodes(self, rows: list[int] | None = None) -> list[dict]:

@@ -22,9 +22,11 @@ class DDPProbe(L.Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         base = trainer.datamodule.env.base_env
         params = torch.cat([p.detach().flatten() for p in pl_module.parameters()])
+        model = trainer.datamodule.embedding_model()
+        embedding = [] if model is None else torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
         os.makedirs(self.out_dir, exist_ok=True)
         with open(os.path.join(self.out_dir, f"rank{trainer.global_rank}.json"), "w") as f:
             json.dump({"rank": trainer.global_rank, "world": trainer.world_size,
                        "row_seed": base.rng_state()["row_seed"].tolist(), "first_xy": self.first_xy,
-                       "params": params.tolist(), "frames": pl_module.collected_frames,
+                       "params": params.tolist(), "embedding": embedding, "frames": pl_module.collected_frames,
                        "steps": trainer.global_step}, f)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import torch
+
+from modules.flexibility import FlexibilityModel
 from tests.pipelines.conftest import SMOKE, run_module
 
 
@@ -11,6 +14,7 @@ def test_ddp_two_cpu_ranks(tmp_path):
     probe = tmp_path / "probe"
     proc = run_module("pipelines.fit", "--config", SMOKE, "--trainer.strategy=ddp", "--trainer.accelerator=cpu",
                       "--trainer.devices=2", "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false",
+                      "--trainer.callbacks+=callbacks.EmbeddingUpdate", "--trainer.callbacks.every_n_frames=960",
                       "--trainer.callbacks+=tests.pipelines.ddp_probe.DDPProbe", f"--trainer.callbacks.out_dir={probe}",
                       f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}", timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -19,6 +23,9 @@ def test_ddp_two_cpu_ranks(tmp_path):
     assert set(ranks[0]["row_seed"]).isdisjoint(ranks[1]["row_seed"]), "ranks must collect with different seeds"
     assert ranks[0]["first_xy"] != ranks[1]["first_xy"], "ranks played the same instances"
     assert ranks[0]["params"] == ranks[1]["params"], "weights diverged across ranks"
+    initial = torch.cat([p.flatten() for p in FlexibilityModel(4, 4, 4, 32).parameters()]).tolist()
+    assert ranks[0]["embedding"] == ranks[1]["embedding"], "flexibility models diverged across ranks"
+    assert ranks[0]["embedding"] != initial, "the flexibility model was never updated"
     # the frame budget counts both ranks: 1920 frames = 2 batches of 480 per rank
     assert ranks[0]["frames"] == ranks[1]["frames"] == 1920
     assert ranks[0]["steps"] == ranks[1]["steps"] == 8

@@ -57,3 +57,24 @@ def test_evaluate_on_solomon_files(smoke_run, tmp_path, capsys, solomon_dir):
 def test_missing_checkpoint_is_reported(tmp_path):
     proc = run_module("pipelines.evaluate", "--config", SMOKE, "--ckpt_path", str(tmp_path / "none.ckpt"))
     assert proc.returncode != 0 and "none.ckpt" in proc.stderr
+
+
+def test_learned_env_model_is_restored(smoke_run):
+    """The checkpoint's flexibility-model weights are loaded into the evaluation envs' (shared) model."""
+    import torch
+
+    from pipelines.evaluate import load_run
+
+    _, data = load_run(SMOKE, smoke_run["last"], [])
+    saved = torch.load(smoke_run["last"], weights_only=False)["OnPolicyDataModule"]["embedding_model"]
+    restored = data.embedding_model().state_dict()
+    assert all(torch.equal(saved[k], restored[k]) for k in saved)
+
+
+def test_compare_run_plays_the_same_episodes(smoke_run, tmp_path, capsys):
+    """A second run given by --compare_config/--compare_ckpt gets its own row; the same run compared
+    with itself scores identically (same episodes, deterministic policy)."""
+    table, _, _ = _evaluate(smoke_run, tmp_path, capsys, "--policies", "fallback", "--compare_config", SMOKE,
+                                 "--compare_ckpt", smoke_run["last"])
+    assert set(table) == {"ppo", "ppo[dvrp_smoke]", "fallback"}
+    assert table["ppo[dvrp_smoke]"] == table["ppo"]

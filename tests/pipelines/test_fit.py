@@ -7,6 +7,7 @@ import json
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from modules.flexibility import FlexibilityModel
 from pipelines.fit import main
 from tests.pipelines.conftest import SMOKE, run_module
 
@@ -14,6 +15,7 @@ REQUIRED_SCALARS = {
     "rollout/episode_return", "rollout/plan_cost_km", "rollout/failure_rate", "rollout/served",
     "train/loss_objective", "train/loss_critic", "train/loss_entropy", "train/entropy", "train/kl_approx",
     "train/clip_fraction", "train/lr", "time/frames", "time/frames_per_s", "eval/episode_return",
+    "embedding/loss", "embedding/accuracy", "embedding/bayes_accuracy", "embedding/share_0",
 }
 
 
@@ -24,12 +26,31 @@ def test_smoke_run_logs_and_checkpoints(smoke_run):
     acc.Reload()
     assert REQUIRED_SCALARS <= set(acc.Tags()["scalars"]), REQUIRED_SCALARS - set(acc.Tags()["scalars"])
     assert "eval/routes" in acc.Tags()["images"]
+    assert "embedding/predicted_type" in acc.Tags()["histograms"]
     frames = [e.step for e in acc.Scalars("rollout/episode_return")]
     assert frames == sorted(frames) and frames[-1] == 1920, "x-axis = collected frames"
     assert "frames" in smoke_run["stdout"], "progress bar counted in frames"
     ckpt = torch.load(smoke_run["last"], weights_only=False)
     assert ckpt["rl_state"]["collected_frames"] == 1920
     assert ckpt["global_step"] == 16  # 4 batches x 2 epochs x 2 minibatches
+
+
+def test_embedding_updates_at_the_configured_interval_and_in_the_checkpoint(smoke_run):
+    """The smoke config updates the flexibility model every 960 frames; the checkpoint holds the schedule,
+    the outcome store and the pushed weights, which differ from the initial ones."""
+    acc = EventAccumulator(smoke_run["events"][0])
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("embedding/updates")] == [960, 1920]
+    assert [e.value for e in acc.Scalars("embedding/updates")] == [1.0, 2.0]
+    ckpt = torch.load(smoke_run["last"], weights_only=False)
+    state = next(v for k, v in ckpt["callbacks"].items() if k.startswith("EmbeddingUpdate"))
+    assert state["updates"] == 2 and state["next_frames"] == 2880
+    stored = state["store"]["_storage"]["_len"]
+    assert 0 < stored <= 1920, stored
+    weights = ckpt["OnPolicyDataModule"]["embedding_model"]
+    initial = FlexibilityModel(4, 4, embedding_dim=4, hidden_dim=32).state_dict()
+    assert weights.keys() == initial.keys()
+    assert not all(torch.equal(weights[k], initial[k]) for k in weights), "the trained model was not saved"
 
 
 def test_print_config_shows_the_whole_run():
@@ -47,7 +68,9 @@ def test_resume_continues_frames_optimizer_and_rng(tmp_path):
     """A run stopped at a checkpoint and resumed with --ckpt_path ends exactly where the uninterrupted
     run ends: same frames, optimiser steps and weights (so the same data, optimiser and RNG state)."""
     common = ["--config", SMOKE, "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false"]
-    checkpointing = ['--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint',
+    checkpointing = ["--trainer.callbacks+=callbacks.EmbeddingUpdate", "--trainer.callbacks.every_n_frames=960",
+                     "--trainer.callbacks.epochs=2",
+                     '--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint',
                      "--trainer.callbacks.every_n_train_steps=4", "--trainer.callbacks.save_top_k=-1",
                      "--trainer.callbacks.save_last=true"]
     full = main([*common, *checkpointing, f"--trainer.logger.init_args.save_dir={tmp_path / 'a'}"])
@@ -62,6 +85,11 @@ def test_resume_continues_frames_optimizer_and_rng(tmp_path):
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
+    ea, eb = full.datamodule.embedding_model().state_dict(), resumed.datamodule.embedding_model().state_dict()
+    assert all(torch.equal(ea[k], eb[k]) for k in ea), "resumed flexibility model differs"
+    store_a, store_b = (next(c for c in run.trainer.callbacks if type(c).__name__ == "EmbeddingUpdate").outcomes()
+                        for run in (full, resumed))
+    assert store_a.numel() > 0 and (store_a == store_b).all(), "resumed outcome store differs"
     sa, sb = full.trainer.optimizers[0].state_dict(), resumed.trainer.optimizers[0].state_dict()
     assert all(torch.equal(sa["state"][i]["exp_avg"], sb["state"][i]["exp_avg"]) for i in sa["state"])
 
@@ -90,6 +118,13 @@ def test_missing_instance_file_is_rejected(tmp_path):
     _fails_before_training(run_module("pipelines.fit", "--config", SMOKE,
                                       f"--data.init_args.env.init_args.instances={missing}",
                                       f"--trainer.logger.init_args.save_dir={tmp_path}"), missing)
+
+
+def test_embedding_update_without_a_model_is_rejected(tmp_path):
+    env = {"class_path": "envs.dvrp.DVRPConfig", "init_args": {"flexibility": None}}
+    _fails_before_training(run_module("pipelines.fit", "--config", SMOKE, "--data.init_args.env", json.dumps(env),
+                                      f"--trainer.logger.init_args.save_dir={tmp_path}"),
+                           "EmbeddingUpdate needs an env with an embedding model")
 
 
 def test_malformed_instance_file_is_rejected(tmp_path):

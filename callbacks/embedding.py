@@ -1,0 +1,150 @@
+"""Periodic retraining of the env's learned customer model (``modules.flexibility``) on the offer
+outcomes the collector has seen."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import lightning as L
+import torch
+from tensordict import TensorDict
+from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+from modules.flexibility import fit_outcomes
+
+log = logging.getLogger(__name__)
+
+_STORED = ("attributes", "shift", "accepted", "kind")
+
+
+class EmbeddingUpdate(L.Callback):
+    """Keep the last ``buffer_size`` offer outcomes in a bounded TorchRL replay buffer (filled from
+    every collected batch's ``("next", "outcome")`` where ``offered``) and, every ``every_n_frames``
+    collected frames, train the data module's ``embedding_model()`` for ``epochs`` passes on them
+    (censored likelihood, :func:`modules.flexibility.fit_outcomes`), then push the new weights into
+    the envs with ``datamodule.update_embedding``. Episodes that start afterwards use the new model.
+
+    Under DDP every rank's outcomes are gathered, rank 0 trains and broadcasts the weights, so every
+    rank holds the same model after each update. The checkpoint keeps the schedule and rank 0's store
+    (the model's weights are in the data module's state); a resumed run continues both.
+
+    Logged at x = collected frames (rank 0): ``embedding/loss`` (nats per informative outcome, the last
+    pass), ``embedding/accuracy`` (argmax p(k | x) against the true types of the stored customers; the
+    env knows them, for diagnostics only), ``embedding/bayes_accuracy`` (the generator's exact posterior
+    on the same customers, where the env config provides ``type_posterior``), ``embedding/outcomes``,
+    ``embedding/updates``, ``embedding/share_<k>`` (mean predicted p(k)) and the histogram
+    ``embedding/predicted_type`` (argmax type over the stored customers).
+
+    Args:
+        every_n_frames: interval between updates, in collected frames (all ranks).
+        epochs: passes over the store per update.
+        batch_size: outcomes per optimiser step.
+        lr: Adam learning rate (a fresh optimiser per update, warm-started weights).
+        buffer_size: capacity of the outcome store (oldest outcomes are overwritten).
+        seed: seed of the shuffles (update u uses ``seed + u``; the global RNG is not touched).
+
+    Raises:
+        ValueError: a non-positive setting, or an env without an embedding model (at fit start).
+    """
+
+    def __init__(self, every_n_frames: int = 50_000, epochs: int = 4, batch_size: int = 1024, lr: float = 3e-3,
+                 buffer_size: int = 64_000, seed: int = 0) -> None:
+        if min(every_n_frames, epochs, batch_size, buffer_size) < 1 or lr <= 0:
+            raise ValueError(f"EmbeddingUpdate: every_n_frames, epochs, batch_size, buffer_size must be >= 1 and "
+                             f"lr > 0 (got {every_n_frames}, {epochs}, {batch_size}, {buffer_size}, lr={lr})")
+        self.every_n_frames = every_n_frames
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.seed = seed
+        self.store = TensorDictReplayBuffer(storage=LazyTensorStorage(buffer_size))
+        self.next_frames = every_n_frames
+        self.updates = 0
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        return {"next_frames": self.next_frames, "updates": self.updates, "store": self.store.state_dict()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.next_frames = state_dict["next_frames"]
+        self.updates = state_dict["updates"]
+        self.store.load_state_dict(state_dict["store"])
+
+    def outcomes(self) -> TensorDict:
+        """The stored outcomes ``[n]`` (oldest first is not guaranteed)."""
+        n = len(self.store)
+        return self.store.storage[:n] if n else TensorDict({}, batch_size=[0])
+
+    # ------------------------------------------------------------------ hooks
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if trainer.datamodule is None or trainer.datamodule.embedding_model() is None:
+            raise ValueError("callbacks.EmbeddingUpdate needs an env with an embedding model: set "
+                             "data.init_args.env.init_args.flexibility (e.g. {embedding_dim: 4})")
+
+    def on_batch_collected(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: TensorDict) -> None:
+        outcome = batch["next", "outcome"].reshape(-1)
+        outcome = outcome[outcome["offered"]]
+        if outcome.numel():
+            self.store.extend(outcome.select(*_STORED).cpu())
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        if pl_module.collected_frames >= self.next_frames:
+            while self.next_frames <= pl_module.collected_frames:
+                self.next_frames += self.every_n_frames
+            self.update(trainer, pl_module)
+
+    # ------------------------------------------------------------------ update
+    def _gathered(self) -> TensorDict:
+        """Every rank's stored outcomes, concatenated in rank order (a collective under DDP)."""
+        local = self.outcomes()
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return local
+        parts = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(parts, local.to_dict() if local.numel() else None)
+        parts = [TensorDict(p, batch_size=[p["shift"].shape[0]]) for p in parts if p is not None]
+        return torch.cat(parts) if parts else local
+
+    def update(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
+        """Gather, train on rank 0, broadcast and push; every rank must call it at the same point.
+        Returns the logged metrics (rank 0; empty elsewhere)."""
+        data = self._gathered()
+        model = trainer.datamodule.embedding_model()
+        state, metrics = None, {}
+        if trainer.is_global_zero and data.numel():
+            trained = copy.deepcopy(model).cpu()
+            generator = torch.Generator().manual_seed(self.seed + self.updates)
+            loss = fit_outcomes(trained, data, self.epochs, self.batch_size, self.lr, generator)
+            state = trained.state_dict()
+            metrics = self._diagnostics(trainer, trained, data, loss)
+        state = trainer.strategy.broadcast(state, src=0)
+        if state is not None:
+            trainer.datamodule.update_embedding(state)
+            self.updates += 1
+        if metrics:
+            metrics["embedding/updates"] = float(self.updates)
+            self._log(pl_module, trained, data, metrics)
+            log.info("embedding update %d at %d frames: %s", self.updates, pl_module.collected_frames, metrics)
+        return metrics
+
+    def _diagnostics(self, trainer: L.Trainer, model, data: TensorDict, loss: float) -> dict[str, float]:
+        with torch.no_grad():
+            probs = model(data["attributes"])[0].exp()
+        metrics = {"embedding/loss": loss, "embedding/outcomes": float(data.numel()),
+                   "embedding/accuracy": (probs.argmax(-1) == data["kind"]).float().mean().item()}
+        posterior = getattr(trainer.datamodule.env_config, "type_posterior", None)
+        if posterior is not None:
+            bayes = posterior(data["attributes"]).argmax(-1)
+            metrics["embedding/bayes_accuracy"] = (bayes == data["kind"]).float().mean().item()
+        for k, share in enumerate(probs.mean(0).tolist()):
+            metrics[f"embedding/share_{k}"] = share
+        return metrics
+
+    def _log(self, pl_module: L.LightningModule, model, data: TensorDict, metrics: dict[str, float]) -> None:
+        frames = pl_module.collected_frames
+        with torch.no_grad():
+            predicted = model(data["attributes"])[0].argmax(-1)
+        for logger in pl_module.loggers:
+            logger.log_metrics(metrics, step=frames)
+            if hasattr(logger.experiment, "add_histogram"):
+                logger.experiment.add_histogram("embedding/predicted_type", predicted, frames)
