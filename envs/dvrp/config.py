@@ -11,6 +11,7 @@ from torch import Tensor
 from envs.config import EnvConfig
 from envs.dvrp.env import DVRPEnv
 from envs.dvrp.generator import InstanceGenerator, type_posterior
+from envs.dvrp.neural_oracle import load_routing_policy
 from envs.dvrp.reader import FileInstances, expand_instance_paths
 from modules.flexibility import FlexibilityModel
 
@@ -61,13 +62,21 @@ class DVRPConfig(EnvConfig):
         instances: glob of benchmark files (Solomon ``.txt`` or VRPLIB ``.vrp``); when set, episodes draw
             N customers of a random file and ``horizon``, ``window_width``, ``service_time``, ``layout``
             are taken from the files.
-        oracle: the plan's cost oracle; ``insertion`` = vectorised cheapest insertion.
+        oracle: the plan's cost oracle: ``insertion`` = vectorised cheapest insertion; ``neural`` = every
+            quote re-solves the served set plus the request with a trained routing policy
+            (:class:`envs.dvrp.neural_oracle.NeuralOracle`).
+        oracle_checkpoint: the routing policy's training checkpoint (``configs/vrptw_oracle.yaml``), for
+            ``oracle: neural``; it must have been trained for this ``num_customers``.
+        oracle_augment: greedy plans per quoted instance under coordinate symmetries for ``oracle: neural``
+            (best feasible kept): 8 routes far more requests than 1, at about 7x the time.
         dtype: float type of instance data and plans.
         flexibility: the learned customer-flexibility model (:class:`FlexibilityConfig`), or null for none.
 
     Raises:
-        ValueError: a key out of its allowed range (the message names the key); FileNotFoundError: an
-            ``instances`` glob matching nothing. Instance files are read here, before any training.
+        ValueError: a key out of its allowed range (the message names the key), or an oracle checkpoint
+            trained for another ``num_customers``; FileNotFoundError: an ``instances`` glob matching
+            nothing, or a missing ``oracle_checkpoint``. Instance files and the oracle checkpoint are read
+            here, before any training.
     """
 
     def __init__(
@@ -87,7 +96,9 @@ class DVRPConfig(EnvConfig):
         num_clusters: int = 8,
         cluster_std: float = 5.0,
         instances: str | None = None,
-        oracle: Literal["insertion"] = "insertion",
+        oracle: Literal["insertion", "neural"] = "insertion",
+        oracle_checkpoint: str | None = None,
+        oracle_augment: int = 8,
         dtype: Literal["float32", "float64"] = "float32",
         flexibility: FlexibilityConfig | None = None,
     ) -> None:
@@ -100,7 +111,10 @@ class DVRPConfig(EnvConfig):
                  "type_mix", type_mix, "non-negative probabilities summing to 1")
         _require(attribute_separation >= 0, "attribute_separation", attribute_separation, "must be >= 0")
         _require(layout in ("R", "C", "RC"), "layout", layout, "one of R, C, RC")
-        _require(oracle in ("insertion",), "oracle", oracle, "one of: insertion")
+        _require(oracle in ("insertion", "neural"), "oracle", oracle, "one of: insertion, neural")
+        _require(oracle_augment >= 1, "oracle_augment", oracle_augment, "must be >= 1")
+        _require(oracle != "neural" or oracle_checkpoint is not None, "oracle_checkpoint", oracle_checkpoint,
+                 "a routing-policy checkpoint is required with oracle: neural (train one with configs/vrptw_oracle.yaml)")
         _require(dtype in ("float32", "float64"), "dtype", dtype, "one of float32, float64")
         _require(max_demand >= 1, "max_demand", max_demand, "must be >= 1")
         _require(num_clusters >= 1, "num_clusters", num_clusters, "must be >= 1")
@@ -128,6 +142,10 @@ class DVRPConfig(EnvConfig):
         self.cluster_std = cluster_std
         self.instances = instances
         self.oracle = oracle
+        self.oracle_checkpoint = oracle_checkpoint
+        self.oracle_augment = oracle_augment
+        # the routing network, shared by every env of this config (None for the insertion oracle)
+        self.routing_policy = None if oracle != "neural" else load_routing_policy(oracle_checkpoint, num_customers)
         self.dtype = dtype
         self.flexibility = flexibility
         # one model shared by every env built from this config (training and evaluation envs alike)

@@ -20,6 +20,7 @@ from torchrl.envs import EnvBase
 
 from envs.dvrp import rng
 from envs.dvrp.generator import type_posterior
+from envs.dvrp.neural_oracle import NeuralOracle
 from envs.dvrp.oracle import CostOracle, InsertionOracle
 from envs.dvrp.render import plot_routes
 from modules.flexibility import acceptance_log_prob
@@ -109,7 +110,11 @@ class DVRPEnv(EnvBase):
         extra = 0 if self.flexibility is None else k + self.flexibility.embedding_dim
         dev = self.device
         self.shifts = torch.arange(-s, s + 1, device=dev)
-        self.oracle: CostOracle = InsertionOracle(b, m, n, device=dev, dtype=self.dtype)
+        if config.oracle == "neural":
+            self.oracle: CostOracle = NeuralOracle(b, m, n, config.routing_policy, device=dev, dtype=self.dtype,
+                                                   num_augment=config.oracle_augment)
+        else:
+            self.oracle = InsertionOracle(b, m, n, device=dev, dtype=self.dtype)
         self.type_mix = torch.tensor(config.type_mix, dtype=torch.float32, device=dev)
         self.row_seed = torch.zeros(b, dtype=torch.long, device=dev)
         self.episode = torch.zeros(b, dtype=torch.long, device=dev)

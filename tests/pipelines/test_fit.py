@@ -127,6 +127,13 @@ def test_embedding_update_without_a_model_is_rejected(tmp_path):
                            "EmbeddingUpdate needs an env with an embedding model")
 
 
+def test_missing_oracle_checkpoint_is_rejected(tmp_path):
+    missing = str(tmp_path / "no_oracle.ckpt")
+    _fails_before_training(run_module("pipelines.fit", "--config", SMOKE, "--data.init_args.env.init_args.oracle=neural",
+                                      f"--data.init_args.env.init_args.oracle_checkpoint={missing}",
+                                      f"--trainer.logger.init_args.save_dir={tmp_path}"), missing, "no such file")
+
+
 def test_malformed_instance_file_is_rejected(tmp_path):
     bad = tmp_path / "broken.txt"
     bad.write_text("R201\n\nVEHICLE\nNUMBER CAPACITY\n  25  oops\n\nCUSTOMER\n0 1 2\n")

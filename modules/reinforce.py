@@ -1,0 +1,155 @@
+"""REINFORCE with a greedy-rollout baseline for construction policies (Kool, van Hoof & Welling 2019,
+"Attention, Learn to Solve Routing Problems!", ICLR, Algorithm 1).
+
+Each training step samples one plan per instance with the policy and one greedy plan with a frozen
+baseline copy; the loss is ``mean((cost - baseline_cost) * log p(plan))``. Every
+``eval_interval_frames`` frames both greedy policies are compared on a fixed validation set, and the
+baseline is replaced when the policy is better with significance ``baseline_alpha`` (one-sided paired
+t-test; with hundreds of instances the t distribution is replaced by the normal one).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from tensordict import TensorDict
+from torch import Tensor
+
+from modules.base import RLModule
+from modules.routing import Rollout, RoutingPolicy
+
+
+def plan_objective(rollout: Rollout, unserved_penalty: float) -> Tensor:
+    """Training cost ``[R]`` (km): plan length plus ``unserved_penalty`` per customer left at a dead end."""
+    return rollout.length.float() + unserved_penalty * rollout.unserved.float()
+
+
+def paired_improvement_p_value(candidate: Tensor, baseline: Tensor) -> float:
+    """One-sided p-value of "candidate costs less than baseline" from paired costs ``[R]``
+    (normal approximation of the paired t-test; R is in the hundreds here)."""
+    diff = (candidate - baseline).double()
+    se = diff.std().clamp_min(1e-12) / diff.numel() ** 0.5
+    return float(torch.special.ndtr(diff.mean() / se))
+
+
+class REINFORCEModule(RLModule):
+    """Trains a :class:`~modules.routing.RoutingPolicy` on batches of problems (``pipelines.episodes``).
+
+    Frames are construction steps (one node chosen for one instance) of the sampled plans, summed over
+    the batch and ranks. Metrics (x = frames): ``train/loss``, ``train/grad_norm``, ``train/advantage``,
+    ``rollout/cost_km`` (sampled objective), ``rollout/route_km`` (length of the feasible sampled
+    plans), ``rollout/feasible`` (share), ``rollout/baseline_cost_km``; at each evaluation
+    ``eval/cost_km`` (greedy objective on the validation set), ``eval/route_km`` (mean length of its
+    feasible plans), ``eval/feasible``, ``eval/baseline_cost_km``, ``eval/p_value`` and
+    ``schedule/baseline_updates``.
+
+    Args:
+        policy: the routing network.
+        lr: Adam learning rate. max_grad_norm: global gradient-norm clip.
+        eval_interval_frames: frames between validation / baseline tests.
+        baseline_alpha: significance level of the baseline replacement test.
+        eval_batch_size: instances per greedy call during evaluation.
+    """
+
+    def __init__(self, policy: RoutingPolicy, lr: float = 1e-3, max_grad_norm: float = 1.0,
+                 eval_interval_frames: int = 200_000, baseline_alpha: float = 0.05,
+                 eval_batch_size: int = 1024) -> None:
+        super().__init__()
+        if lr <= 0 or eval_interval_frames < 1 or not 0 < baseline_alpha < 1:
+            raise ValueError(f"model: lr > 0, eval_interval_frames >= 1 and baseline_alpha in (0, 1) required "
+                             f"(got lr={lr}, eval_interval_frames={eval_interval_frames}, "
+                             f"baseline_alpha={baseline_alpha})")
+        self.save_hyperparameters(ignore=["policy"])
+        self.policy = policy
+        self.baseline = copy.deepcopy(policy).requires_grad_(False)
+        self.next_eval_frames = eval_interval_frames
+        self.baseline_updates = 0
+
+    @property
+    def collector_policy(self):
+        raise NotImplementedError("REINFORCEModule builds whole plans in training_step (pipelines.episodes); "
+                                  "it has no step-wise collector policy")
+
+    def _penalty(self) -> float:
+        return float(self.trainer.datamodule.env_config.unserved_penalty)
+
+    # ------------------------------------------------------------------ update
+    def training_step(self, batch: TensorDict, batch_idx: int) -> Tensor:
+        optimizer = self.optimizers()
+        penalty = self._penalty()
+        sampled = self.policy.rollout(batch, "sample")
+        with torch.no_grad():
+            greedy = self.baseline.rollout(batch, "greedy")
+        cost, base = plan_objective(sampled, penalty), plan_objective(greedy, penalty)
+        advantage = cost - base
+        loss = (advantage * sampled.log_prob).mean()
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.hparams.max_grad_norm)
+        optimizer.step()
+        self.collected_frames += int(sampled.steps.sum()) * self._world_size()
+        feasible = sampled.feasible
+        self.record("train/loss", loss.detach())
+        self.record("train/grad_norm", grad_norm)
+        self.record("train/advantage", advantage.mean())
+        self.record("rollout/cost_km", cost.mean())
+        self.record("rollout/baseline_cost_km", base.mean())
+        self.record("rollout/feasible", feasible.float().mean())
+        if bool(feasible.any()):
+            self.record("rollout/route_km", sampled.length[feasible].float().mean())
+        if self.collected_frames >= self.next_eval_frames:
+            self.evaluate()
+            self.next_eval_frames += self.hparams.eval_interval_frames
+        self.flush_metrics()
+        return loss.detach()
+
+    # ------------------------------------------------------------------ evaluation / baseline
+    @torch.no_grad()
+    def greedy_costs(self, policy: RoutingPolicy, problems: TensorDict) -> tuple[Tensor, Tensor, Tensor]:
+        """Greedy objective, length (km) and feasibility ``[R]`` of ``policy`` on ``problems``, in chunks."""
+        outs = [policy.rollout(chunk, "greedy") for chunk in problems.split(self.hparams.eval_batch_size)]
+        penalty = self._penalty()
+        return (torch.cat([plan_objective(o, penalty) for o in outs]), torch.cat([o.length for o in outs]).float(),
+                torch.cat([o.feasible for o in outs]))
+
+    def evaluate(self) -> None:
+        """Greedy validation of policy and baseline; replace the baseline when significantly worse."""
+        problems = self.trainer.datamodule.validation_problems()
+        cost, length, feasible = self.greedy_costs(self.policy, problems)
+        base, _, _ = self.greedy_costs(self.baseline, problems)
+        p_value = paired_improvement_p_value(cost, base)
+        if cost.mean() < base.mean() and p_value < self.hparams.baseline_alpha:
+            self.baseline.load_state_dict(self.policy.state_dict())
+            self.baseline_updates += 1
+        self.record("eval/cost_km", cost.mean())
+        self.record("eval/feasible", feasible.float().mean())
+        if bool(feasible.any()):
+            self.record("eval/route_km", length[feasible].mean())
+        self.record("eval/baseline_cost_km", base.mean())
+        self.record("eval/p_value", p_value)
+        self.record("schedule/baseline_updates", float(self.baseline_updates))
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.policy.parameters(), lr=self.hparams.lr)
+
+    # ------------------------------------------------------------------ checkpoint
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Also store the evaluation schedule and what :func:`envs.dvrp.neural_oracle.load_routing_policy`
+        needs: the network's constructor arguments and the instance size (N, M) it was trained for."""
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["reinforce_state"] = {"next_eval_frames": self.next_eval_frames,
+                                         "baseline_updates": self.baseline_updates}
+        env = self.trainer.datamodule.env_config if self._trainer is not None else None
+        checkpoint["routing_policy"] = {
+            "class_path": f"{type(self.policy).__module__}.{type(self.policy).__qualname__}",
+            "config": dict(self.policy.config),
+            "num_customers": None if env is None else env.num_customers,
+            "num_vehicles": None if env is None else env.num_vehicles,
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        state = checkpoint.get("reinforce_state", {})
+        self.next_eval_frames = int(state.get("next_eval_frames", self.next_eval_frames))
+        self.baseline_updates = int(state.get("baseline_updates", self.baseline_updates))
