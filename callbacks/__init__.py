@@ -1,7 +1,8 @@
 """Lightning callbacks, one behaviour each."""
 
 from callbacks.embedding import EmbeddingUpdate
+from callbacks.epsilon import EpsilonDecay
 from callbacks.evaluation import PolicyEvaluation
 from callbacks.progress import FrameProgressBar
 
-__all__ = ["EmbeddingUpdate", "FrameProgressBar", "PolicyEvaluation"]
+__all__ = ["EmbeddingUpdate", "EpsilonDecay", "FrameProgressBar", "PolicyEvaluation"]

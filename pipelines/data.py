@@ -8,7 +8,9 @@ to ``module.on_collected`` and yields what the algorithm trains on:
 
 * on-policy (:class:`OnPolicyDataModule`): each collected ``[B, T]`` batch, processed by the module
   (e.g. GAE), split into ``ppo_epochs`` shuffled passes of ``mini_batch_size`` minibatches;
-* off-policy (later): collected frames extend a replay buffer, ``utd_ratio`` samples per batch.
+* off-policy (:class:`OffPolicyDataModule`): each collected ``[B, T]`` batch extends a replay buffer
+  (``TensorDictReplayBuffer``, through the module's ``replay_transform()``, e.g. n-step returns), then
+  ``utd_ratio`` sampled batches are yielded (none during the ``init_random_frames`` warm-up).
 
 The stream ends when ``total_frames`` (summed over ranks) have been collected, and stops the trainer.
 
@@ -19,7 +21,10 @@ every rank, before the module processes it (``callbacks.EmbeddingUpdate`` fills 
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
+from typing import Literal
 
 import lightning as L
 import torch
@@ -28,6 +33,7 @@ from tensordict import TensorDict
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 from torchrl.collectors import Collector
+from torchrl.data import LazyMemmapStorage, LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs import EnvBase
 
 from envs import EnvConfig, make_env
@@ -116,8 +122,12 @@ class RLDataModule(L.LightningDataModule):
             policy = self.trainer.lightning_module.collector_policy
             self._collector = Collector(self.env, policy, frames_per_batch=self.frames_per_batch, total_frames=-1,
                                         device=self.device, auto_register_policy_transforms=False,
-                                        trust_policy=True)
+                                        trust_policy=True, **self._collector_options())
         return self._collector
+
+    def _collector_options(self) -> dict:
+        """Extra ``Collector`` arguments of a pipeline."""
+        return {}
 
     def teardown(self, stage: str) -> None:
         if self._collector is not None:
@@ -240,3 +250,99 @@ class OnPolicyDataModule(RLDataModule):
             for _ in range(self.ppo_epochs):
                 for index in torch.randperm(batch.numel()).split(self.mini_batch_size):
                     yield batch[index]
+
+
+class OffPolicyDataModule(RLDataModule):
+    """Off-policy pipeline: collect ``frames_per_batch`` -> ``buffer.extend`` -> ``utd_ratio`` sampled
+    batches of ``batch_size`` transitions per collected batch.
+
+    The first ``init_random_frames`` frames (all ranks) are collected with uniformly random (masked)
+    actions and train nothing. The buffer stores time-contiguous ``[B, T]`` slices
+    (``ndim=2`` storage), so the module's ``replay_transform()`` (e.g. TorchRL's ``MultiStepTransform``
+    for n-step returns) sees whole trajectories per env row. The buffer is part of the checkpoint.
+    "Train every k env steps" is ``frames_per_batch = k * num_envs`` with ``utd_ratio = 1``.
+
+    Args:
+        buffer_size: capacity in transitions (per rank).
+        batch_size: transitions per sampled batch.
+        utd_ratio: sampled batches (optimiser steps) per collected batch.
+        init_random_frames: random-action warm-up, in frames over all ranks.
+        storage: ``tensor`` (``LazyTensorStorage``, in memory) or ``memmap`` (``LazyMemmapStorage``, on disk
+            under ``scratch_dir``/rank<k>, for large buffers).
+        scratch_dir: folder of the memmap storage (a temporary folder when null).
+        (the rest as :class:`RLDataModule`)
+
+    Raises:
+        ValueError: a non-positive size or an unknown storage (the message names the key).
+    """
+
+    def __init__(self, env: EnvConfig, num_envs: PositiveInt = 8, frames_per_batch: PositiveInt = 32,
+                 total_frames: PositiveInt = 100_000, buffer_size: PositiveInt = 100_000, batch_size: PositiveInt = 128,
+                 utd_ratio: PositiveInt = 1, init_random_frames: int = 1000,
+                 storage: Literal["tensor", "memmap"] = "tensor", scratch_dir: str | None = None, seed: int = 0,
+                 device: str = "cpu") -> None:
+        super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device)
+        _require(buffer_size >= num_envs, f"data.buffer_size={buffer_size} must be >= data.num_envs={num_envs}")
+        _require(batch_size >= 1, f"data.batch_size must be >= 1, got {batch_size}")
+        _require(utd_ratio >= 1, f"data.utd_ratio must be >= 1, got {utd_ratio}")
+        _require(init_random_frames >= 0, f"data.init_random_frames must be >= 0, got {init_random_frames}")
+        _require(storage in ("tensor", "memmap"), f"data.storage={storage!r} is not allowed: one of tensor, memmap")
+        self.buffer_size = int(buffer_size)  # plain ints: the buffer's state (checkpoint) keeps them
+        self.batch_size = int(batch_size)
+        self.utd_ratio = int(utd_ratio)
+        self.init_random_frames = init_random_frames
+        self.storage = storage
+        self.scratch_dir = scratch_dir
+        self.buffer: TensorDictReplayBuffer | None = None
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if self.buffer is None:
+            if self.storage == "memmap":
+                folder = os.path.join(self.scratch_dir or tempfile.mkdtemp(prefix="replay_"), f"rank{self.rank}")
+                store = LazyMemmapStorage(self.buffer_size, scratch_dir=folder, ndim=2)
+            else:
+                store = LazyTensorStorage(self.buffer_size, ndim=2)
+            module = self.trainer.lightning_module if self.trainer is not None else None
+            transform = module.replay_transform() if hasattr(module, "replay_transform") else None
+            steps = self.frames_per_batch // self.num_envs
+            n_step = getattr(transform, "n_steps", 1)
+            _require(steps > n_step, f"data.frames_per_batch / data.num_envs = {steps} steps per env must exceed "
+                                     f"model.n_step={n_step} (the buffer's n-step transform holds n steps back)")
+            self.buffer = TensorDictReplayBuffer(storage=store, batch_size=self.batch_size, transform=transform)
+
+    def _collector_options(self) -> dict:
+        world = self.trainer.world_size
+        done = self.trainer.lightning_module.collected_frames
+        return {"init_random_frames": max(self.init_random_frames - done, 0) // world}
+
+    @property
+    def steps_per_batch(self) -> int:
+        return self.utd_ratio
+
+    def num_training_steps(self) -> int:
+        """Sampled batches of the whole run: collected batches after the warm-up times ``utd_ratio``."""
+        world = self.trainer.world_size if self.trainer is not None else 1
+        warmup = self.init_random_frames // (self.frames_per_batch * world)  # batches with frames <= warm-up
+        return max(self.num_batches - warmup, 0) * self.utd_ratio
+
+    def training_batches(self) -> Iterator[TensorDict]:
+        module = self.trainer.lightning_module
+        for batch in self.batches():
+            self.buffer.extend(batch)
+            if module.collected_frames <= self.init_random_frames:
+                continue
+            for _ in range(self.utd_ratio):
+                yield self.buffer.sample()
+
+    def state_dict(self) -> dict:
+        """The base state (env stream) plus the replay buffer's contents."""
+        state = super().state_dict()
+        if self.buffer is not None:
+            state["replay_buffer"] = self.buffer.state_dict()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        if "replay_buffer" in state_dict:
+            self.buffer.load_state_dict(state_dict["replay_buffer"])
