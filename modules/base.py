@@ -49,6 +49,10 @@ class RLModule(L.LightningModule):
     def collector_policy(self) -> TensorDictModuleBase:
         """The TensorDict module the collector runs (exploration on)."""
 
+    def prepare(self, datamodule) -> None:
+        """Shape the networks on the data module's env (lazy layers, action spec), before training or
+        loading weights; modules whose networks need it override this."""
+
     # ------------------------------------------------------------------ data hooks
     def on_collected(self, batch: TensorDict) -> TensorDict:
         """Count frames and finished episodes of a collected batch ``[B, T]``; returns the batch.

@@ -108,10 +108,13 @@ class DQNModule(RLModule):
 
     def configure_model(self) -> None:
         """Build on the data module's env: its action spec and an example observation (lazy layers)."""
-        if self._actor is None and self._trainer is not None and self.trainer.datamodule is not None:
-            data = self.trainer.datamodule
-            data.setup("fit")
-            self.build(data.env.action_spec_unbatched, data.example_observation())
+        if self._trainer is not None and self.trainer.datamodule is not None:
+            self.prepare(self.trainer.datamodule)
+
+    def prepare(self, datamodule) -> None:
+        if self._actor is None:
+            datamodule.setup("fit")
+            self.build(datamodule.env.action_spec_unbatched, datamodule.example_observation())
 
     def replay_transform(self) -> MultiStepTransform | None:
         """The buffer transform of n-step returns (``n_step > 1``), with this module's gamma."""

@@ -85,7 +85,10 @@ class PPOModule(RLModule):
     def configure_model(self) -> None:
         """Materialise lazy layers on an example observation of the data module's env."""
         if self._trainer is not None and self.trainer.datamodule is not None:
-            self.materialize(self.trainer.datamodule.example_observation())
+            self.prepare(self.trainer.datamodule)
+
+    def prepare(self, datamodule) -> None:
+        self.materialize(datamodule.example_observation())
 
     def materialize(self, observation: TensorDict) -> None:
         """Run the policy once on ``observation`` (no grad) so that lazy layers get their shapes."""

@@ -1,4 +1,6 @@
-"""Evaluate a trained DVRP policy against the scripted baselines on the same seeded episodes.
+"""Evaluate a trained policy: on DVRP configs against the scripted baselines on the same seeded
+episodes; on any other config, the policy alone (``{policy: {mean_return, return_se, mean_<report>}}``
+as the last stdout line, with every ``report`` entry the env gives at the end of an episode).
 
     python -m pipelines.evaluate --config configs/dvrp.yaml --ckpt_path CKPT [--episodes 256]
         [--instances GLOB] [--routes_out FILE] [--pyvrp_episodes K] [--seed S] [dotted overrides]
@@ -26,6 +28,7 @@ import sys
 import torch
 from torchrl.envs import ExplorationType, set_exploration_type
 
+from envs import EnvConfig, make_env
 from envs.dvrp.baselines import BASELINES, ScriptedOfferPolicy
 from envs.dvrp.config import DVRPConfig
 from envs.dvrp.env import DVRPEnv
@@ -52,7 +55,7 @@ def load_run(configs: str | list[str], ckpt_path: str, overrides: list[str]) -> 
                  args=[*(a for c in configs for a in ("--config", c)), "--trainer.logger=false",
                        "--trainer.enable_checkpointing=false", "--trainer.callbacks=[]", *overrides])
     model, data = cli.model, cli.datamodule
-    model.materialize(data.example_observation())
+    model.prepare(data)
     checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
     model.load_state_dict(checkpoint["state_dict"])
     data_state = checkpoint.get(type(data).__qualname__)
@@ -93,6 +96,45 @@ def play(config: DVRPConfig, make_policy, episodes: int, num_envs: int, seed: in
     return result
 
 
+def play_any(config: EnvConfig, policy, episodes: int, num_envs: int, seed: int) -> dict[str, torch.Tensor]:
+    """Play the first ``ceil(episodes / num_envs)`` episodes of every row of ``config``'s env (seeds
+    ``seed, seed + 1, ...``) with ``policy`` (deterministic); returns per-episode ``return`` and every
+    ``report`` entry of the env at the episode's end, ``[episodes]`` each (rows in order)."""
+    env = make_env(config, num_envs, seed)
+    per_row = -(-episodes // num_envs)
+    counts = torch.zeros(num_envs, dtype=torch.long)
+    out: dict[str, list] = {}
+    td = env.reset()
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        while bool((counts < per_row).any()):
+            step, td = env.step_and_maybe_reset(policy(td))
+            nxt = step["next"]
+            keep = nxt["done"].reshape(num_envs) & (counts < per_row)
+            if bool(keep.any()):
+                out.setdefault("return", []).append(nxt["episode_reward"].reshape(num_envs, -1)[keep, 0])
+                if "report" in nxt.keys():
+                    for key, value in nxt["report"].items():
+                        out.setdefault(key, []).append(value.reshape(num_envs, -1)[keep].float().mean(-1))
+            counts += keep.long()
+    env.close()
+    return {k: torch.cat(v)[:episodes].double() for k, v in out.items()}
+
+
+def evaluate_any(model: RLModule, data: RLDataModule, name: str, episodes: int, num_envs: int,
+                 seed: int) -> dict[str, dict[str, float]]:
+    """The trained policy on any env config: prints ``{name: {mean_return, return_se, <report means>}}``
+    as the last stdout line and returns it."""
+    result = play_any(data.env_config, model.collector_policy, episodes, num_envs, seed)
+    r = result["return"]
+    row = {"mean_return": r.mean().item(), "return_se": (r.std() / math.sqrt(r.numel())).item()}
+    row.update({f"mean_{k}": v.mean().item() for k, v in result.items() if k != "return"})
+    print(f"{r.numel()} episodes, seed {seed}: {name} return {row['mean_return']:.1f} ± {row['return_se']:.1f}")
+    table = {name: row}
+    print(json.dumps(table))
+    sys.stdout.flush()
+    return table
+
+
 def summary(result: dict) -> dict[str, float]:
     r = result["return"]
     return {"mean_return": r.mean().item(), "return_se": (r.std() / math.sqrt(r.numel())).item(),
@@ -130,6 +172,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         overrides = ["--data.init_args.env", json.dumps(env), *overrides]
     model, data = load_run(args.config, args.ckpt_path, overrides)
     name = type(model).__name__.removesuffix("Module").lower()
+    if not isinstance(data.env_config, DVRPConfig):
+        return evaluate_any(model, data, name, args.episodes, min(args.num_envs, args.episodes), args.seed)
     num_envs = min(args.num_envs, args.episodes)
     keep = args.routes_out is not None or args.pyvrp_episodes > 0
     results = {name: play(data.env_config, lambda env: model.collector_policy, args.episodes, num_envs, args.seed, keep)}

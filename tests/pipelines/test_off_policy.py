@@ -3,9 +3,12 @@ replay buffer in the checkpoint."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
+from pipelines.evaluate import main as evaluate
 from pipelines.fit import main
 from tests.pipelines.conftest import REPO
 
@@ -44,6 +47,19 @@ def test_warmup_updates_epsilon_and_buffer_resume(tmp_path):
     assert torch.equal(stored["observation"], saved["_storage"]["_storage"]["observation"][: len(buffer) // 4])
     assert resumed.model.epsilon() == pytest.approx(1.0 - 0.95 * frames / 2000)
     assert resumed.model.epsilon() == pytest.approx(float(state["state_dict"]["egreedy.eps"]))
+
+
+
+def test_evaluate_works_for_a_gym_config(tmp_path, capsys):
+    """pipelines.evaluate on a non-DVRP run: the same last-line JSON, {policy: {mean_return, return_se}}."""
+    _run(tmp_path, "--data.init_args.total_frames=1280")
+    ckpt = tmp_path / "cartpole_dqn" / "version_0" / "checkpoints" / "epoch=0-step=20.ckpt"
+    capsys.readouterr()
+    table = evaluate(["--config", CARTPOLE, "--ckpt_path", str(ckpt), "--episodes", "6", "--num_envs", "4"])
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last == table and set(table) == {"dqn"}
+    assert set(table["dqn"]) == {"mean_return", "return_se"}
+    assert 8 <= table["dqn"]["mean_return"] <= 500  # CartPole: every episode lasts 8..500 steps
 
 
 def test_too_few_steps_for_n_step_is_rejected(tmp_path):

@@ -1,0 +1,472 @@
+"""Multi-agent robot vacuum: R robots clean an n x n grid, as one natively batched TorchRL env.
+
+The config (:class:`VacuumConfig`, the ``env:`` section of ``configs/vacuum.yaml``) and the env
+(:class:`VacuumEnv`, ``batch_size=[B]``) live here. Every robot acts at every step; the env is written
+for one shared replay buffer and a shared (or per-robot) Q-network: a robot's observation depends on the
+robots only through their states, never through their indices (the index is the separate ``agent_id``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDict
+from torch import Tensor
+from torchrl.data import Binary, Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase
+
+from envs.config import EnvConfig
+from envs.dvrp import rng
+
+NUM_ACTIONS = 5
+STAY, UP, DOWN, LEFT, RIGHT = range(NUM_ACTIONS)
+# (row, column) change of each action; row 0 is the top row, so "up" decreases the row
+ACTION_DELTAS = ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1))
+REPORT_KEYS = ("cleaned_fraction", "collisions", "energy_left")
+_POSITION_STREAM = 0  # rng stream of the initial positions
+
+
+def _require(ok: bool, key: str, value: object, allowed: str) -> None:
+    if not ok:
+        raise ValueError(f"env.{key}={value!r} is not allowed: {allowed}")
+
+
+class VacuumConfig(EnvConfig):
+    """Parameters of the robot-vacuum problem; the defaults follow the original four-robot system.
+
+    Args:
+        grid_size: n, the grid is n x n cells (all dirty when an episode starts).
+        num_robots: R, robots per env (at most n * n: they start on distinct cells).
+        energy: initial (= maximum) energy of each robot, one positive number per robot (energy units;
+            one move costs ``e_move``). Default robot 0: 1000, robots 1-3: 100.
+        chargers: charger cells as ``[row, column]`` pairs, 0-based, row 0 at the top; distinct, inside
+            the grid; may be empty.
+        r_clean: reward to a robot for each dirty cell it cleans.
+        e_move: energy an attempted move costs (a move off the grid is a stay and costs nothing).
+        e_collision: energy each robot of a colliding pair loses (on top of the move).
+        e_charge: energy a robot on a charger gains per step, capped at its initial energy.
+        max_steps: episode length limit (env steps); the episode is truncated there.
+
+    Raises:
+        ValueError: a key out of its allowed range; the message names the key (``env.<key>``) and what is
+            allowed, e.g. an ``energy`` list whose length is not ``num_robots``, or a charger outside the grid.
+    """
+
+    def __init__(
+        self,
+        grid_size: int = 5,
+        num_robots: int = 4,
+        energy: Sequence[float] = (1000.0, 100.0, 100.0, 100.0),
+        chargers: Sequence[Sequence[int]] = ((2, 2),),
+        r_clean: float = 1.0,
+        e_move: float = 1.0,
+        e_collision: float = 20.0,
+        e_charge: float = 20.0,
+        max_steps: int = 100,
+    ) -> None:
+        _require(isinstance(grid_size, int) and grid_size >= 1, "grid_size", grid_size, "an integer >= 1")
+        cells = grid_size * grid_size
+        _require(isinstance(num_robots, int) and 1 <= num_robots <= cells, "num_robots", num_robots,
+                 f"an integer in [1, grid_size**2 = {cells}] (robots start on distinct cells)")
+        energy = [float(e) for e in energy]
+        _require(len(energy) == num_robots, "energy", energy,
+                 f"one initial energy per robot: {num_robots} values for num_robots={num_robots}, got {len(energy)}")
+        _require(all(e > 0 for e in energy), "energy", energy, "every initial energy must be > 0")
+        chargers = [tuple(int(v) for v in c) for c in chargers]
+        for c in chargers:
+            _require(len(c) == 2 and all(0 <= v < grid_size for v in c), "chargers", [list(x) for x in chargers],
+                     f"[row, column] pairs inside the {grid_size}x{grid_size} grid (0..{grid_size - 1}); {list(c)} is not")
+        _require(len(set(chargers)) == len(chargers), "chargers", [list(x) for x in chargers], "distinct cells")
+        _require(e_move >= 0, "e_move", e_move, "must be >= 0")
+        _require(e_collision >= 0, "e_collision", e_collision, "must be >= 0")
+        _require(e_charge >= 0, "e_charge", e_charge, "must be >= 0")
+        _require(isinstance(max_steps, int) and max_steps >= 1, "max_steps", max_steps, "an integer >= 1")
+        self.grid_size = grid_size
+        self.num_robots = num_robots
+        self.energy = energy
+        self.chargers = chargers
+        self.r_clean = float(r_clean)
+        self.e_move = float(e_move)
+        self.e_collision = float(e_collision)
+        self.e_charge = float(e_charge)
+        self.max_steps = max_steps
+
+    @property
+    def num_cells(self) -> int:
+        """n * n."""
+        return self.grid_size * self.grid_size
+
+    @property
+    def num_features(self) -> int:
+        """F, the width of ``observation``: 3 R + 7 + n^2 + 2 K for K chargers (46 for the defaults)."""
+        return 3 * self.num_robots + 7 + self.num_cells + 2 * len(self.chargers)
+
+    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> VacuumEnv:
+        return VacuumEnv(self, num_envs=num_envs, seed=seed, device=device)
+
+
+class VacuumEnv(EnvBase):
+    """B independent robot-vacuum episodes stepping as one batch (``batch_size=[B]``), R robots each.
+
+    Cells are numbered row-major, ``cell = row * n + column``, row 0 at the top.
+
+    Actions:
+        ``action`` int64 ``[B, R]`` in ``[0, 5)``: 0 stay, 1 up (row - 1), 2 down, 3 left (column - 1),
+        4 right. A move off the grid is a stay; a stopped robot's action is ignored (it stays).
+
+    Observations (float32 unless noted):
+        * ``observation`` ``[B, R, F]``, F = 3 R + 7 + n^2 + 2 K (46 for the defaults). Robot i's row,
+          with ``E`` = the largest initial energy of the config and ``s`` = max(n - 1, 1):
+
+          - ``[0]`` own energy / E; ``[1 : R]`` the other robots' energies / E, others in increasing
+            index order (i skipped); ``[R]`` own initial (maximum) energy / E;
+          - ``2 (R - 1)`` the other robots' offsets from the own cell, (row_j - row_i) / s,
+            (col_j - col_i) / s, same order as their energies;
+          - ``5`` dirt (1 = dirty) of the cell each action leads to (stay, up, down, left, right; an
+            off-grid move leads to the own cell);
+          - own row / s, own column / s;
+          - ``2 K`` chargers, in config order, as offsets from the own cell: (row - own row) / s,
+            (column - own column) / s (the charger map is fixed by the config, so an absolute map
+            would carry nothing; the offsets tell where to go, and (0, 0) means "on a charger");
+          - ``n^2`` dirt map (1 = dirty), absolute, row-major; then steps left / ``max_steps``.
+
+          The own cell is given by its coordinates, not by a one-hot map: n^2 more floats per robot
+          cost about a third of the env's throughput (the observation is most of the bytes written).
+          The row depends on the robots only through their states (cells, energies, initial
+          energies): exchanging two robots' states exchanges their rows, and robot i sees the others
+          in increasing index order, so one robot's transitions are valid training data for another.
+        * ``agent_id`` ``[B, R, R]``: one-hot of the robot index (for a shared network that wants it).
+        * ``action_mask`` bool ``[B, R, 5]`` (True = allowed): stay always; a move if it stays on the
+          grid and the robot is not stopped (a stopped robot may only stay).
+        * ``report``: ``cleaned_fraction`` (clean cells / n^2), ``collisions`` (colliding pairs so far in
+          the episode) and ``energy_left`` (mean over robots of energy / initial energy), each ``[B, 1]``.
+
+    Rules of a step (all robots at once; a robot with energy 0 is *stopped*):
+        1. Each active robot's action gives its target cell (off the grid: its own cell). A robot whose
+           target differs from its cell *attempts a move* and pays ``e_move``, whatever happens next.
+        2. Collisions (:meth:`_resolve`): a mover fails when another mover targets the same cell, when
+           the robot in its target cell stays (stopped, not moving, or itself failed), or when it and
+           that robot would swap cells. Failed movers stay. Each colliding pair (movers with the same target cell,
+           a failed mover and the robot staying in its target cell, a swapping pair) costs each of its
+           two robots ``e_collision`` (a robot in several pairs pays once). Following a robot that
+           leaves its cell, and rotating around a 2 x 2 block, are allowed. Failures propagate down
+           chains of movers in R - 1 fixed passes, which is exact (a chain has at most R - 1 links).
+        3. Energy is clamped at 0, then every robot on a charger gains ``e_charge``, capped at its
+           initial energy (so a robot that reaches a charger with its last unit keeps going).
+        4. Every robot on a dirty cell cleans it and earns ``r_clean`` (a robot that stays cleans its
+           cell too; at the first step the start cells are still dirty).
+
+    Reward:
+        ``[B, R, 1]``: ``r_clean`` to the robot that cleaned a cell this step, else 0.
+
+    Termination:
+        ``terminated`` when the floor is clean or every robot is stopped; ``truncated`` after
+        ``max_steps`` steps when not terminated; ``done = terminated | truncated``; each ``[B, 1]``,
+        shared by the robots.
+
+    Seeding:
+        Each episode starts with full energy, all cells dirty and the robots on R distinct cells drawn
+        uniformly (robot k gets the cell with the k-th largest of n^2 counter-based uniform draws of
+        :mod:`envs.dvrp.rng`, keyed by the row seed and the row's episode index). Row b of an env seeded
+        ``s`` plays the episodes of a single env seeded ``s + b``, whatever the batch size.
+
+    State (read it, don't write it; :meth:`force_state` sets it): ``position`` int64 ``[B, R]`` (cells),
+    ``energy`` float32 ``[B, R]``, ``dirt`` float32 ``[B, n^2]`` (1 = dirty), ``t`` int64 ``[B]`` (steps
+    taken), ``collisions`` float32 ``[B]`` (colliding pairs in the episode).
+
+    Args:
+        config: the problem's parameters.
+        num_envs: B.
+        seed: seed of row 0.
+        device: torch device of all tensors.
+
+    Raises:
+        ValueError: ``num_envs < 1``.
+    """
+
+    batch_locked = True
+
+    def __init__(self, config: VacuumConfig, num_envs: int = 1, seed: int = 0,
+                 device: torch.device | str = "cpu") -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        super().__init__(device=device, batch_size=torch.Size([num_envs]))
+        self.config = config
+        b, r, n, c = num_envs, config.num_robots, config.grid_size, config.num_cells
+        dev = self.device
+        # ---- constant tables, indexed by cell (and robot) so that a step is mostly table look-ups
+        rows = torch.arange(c, device=dev) // n
+        cols = torch.arange(c, device=dev) % n
+        delta = torch.tensor(ACTION_DELTAS, device=dev)
+        next_r, next_c = rows[:, None] + delta[:, 0], cols[:, None] + delta[:, 1]
+        on_grid = (next_r >= 0) & (next_r < n) & (next_c >= 0) & (next_c < n)  # [C, 5]
+        self._next_cell = torch.where(on_grid, next_r * n + next_c, torch.arange(c, device=dev)[:, None])
+        self._next_flat = self._next_cell.reshape(-1)  # cell * 5 + action -> cell
+        # cell * 2 + is_active -> action mask [5]: stay always, moves on the grid when active
+        self._mask_table = torch.stack([on_grid & (torch.arange(NUM_ACTIONS, device=dev) == STAY), on_grid], 1)
+        self._mask_table = self._mask_table.reshape(2 * c, NUM_ACTIONS)
+        scale = float(max(n - 1, 1))
+        self._coords = torch.stack([rows, cols], -1).float() / scale  # [C, 2]
+        self._is_charger = torch.zeros(c, dtype=torch.bool, device=dev)
+        for row, col in config.chargers:
+            self._is_charger[row * n + col] = True
+        self._max_energy = torch.tensor(config.energy, dtype=torch.float32, device=dev)  # [R]
+        self._energy_scale = float(max(config.energy))
+        self._layout, self._layout_bias = self._robot_block_layout(config, scale)
+        self._agent_id = torch.eye(r, device=dev).expand(b, r, r)
+        # scratch constants of the collision resolution (cloned, never written)
+        small = torch.int8 if r < 127 else torch.int32
+        self._nobody = torch.full((b, c), r, dtype=small, device=dev)
+        self._robot_index = torch.arange(r, dtype=small, device=dev).expand(b, r).contiguous()
+        self._no_movers = torch.zeros(b, c + 1, dtype=small, device=dev)
+        self._ones_small = torch.ones(b, r, dtype=small, device=dev)
+        self._robot_long = torch.arange(r, device=dev).expand(b, r).contiguous()
+        self._no_hits = torch.zeros(b, r + 1, dtype=torch.bool, device=dev)
+        # ---- state
+        self.position = torch.arange(r, device=dev).expand(b, r).contiguous()
+        self.energy = self._max_energy.expand(b, r).clone()
+        self.dirt = torch.ones(b, c, device=dev)
+        self.t = torch.zeros(b, dtype=torch.long, device=dev)
+        self.collisions = torch.zeros(b, dtype=torch.float32, device=dev)
+        self.row_seed = torch.zeros(b, dtype=torch.long, device=dev)
+        self.episode = torch.zeros(b, dtype=torch.long, device=dev)
+        # partial resets write their new rows here (see _reset); TorchRL keeps the other rows from its input
+        self._reset_rows = torch.zeros(b, r, config.num_features, device=dev)
+        self._set_seed(seed)
+        self._make_specs(b, r, config.num_features)
+
+    # ------------------------------------------------------------------ specs
+    def _make_specs(self, b: int, r: int, f: int) -> None:
+        f32 = {"dtype": torch.float32, "device": self.device}
+        self.observation_spec = Composite(
+            observation=Unbounded(shape=(b, r, f), **f32),
+            agent_id=Unbounded(shape=(b, r, r), **f32),
+            action_mask=Binary(n=NUM_ACTIONS, shape=(b, r, NUM_ACTIONS), dtype=torch.bool, device=self.device),
+            report=Composite({key: Unbounded(shape=(b, 1), **f32) for key in REPORT_KEYS}, shape=(b,)),
+            shape=(b,),
+        )
+        self.action_spec = Categorical(n=NUM_ACTIONS, shape=(b, r), device=self.device)
+        self.reward_spec = Unbounded(shape=(b, r, 1), **f32)
+        flag = {"n": 2, "shape": (b, 1), "dtype": torch.bool, "device": self.device}
+        self.done_spec = Composite(done=Categorical(**flag), terminated=Categorical(**flag),
+                                   truncated=Categorical(**flag), shape=(b,))
+
+    def _robot_block_layout(self, config: VacuumConfig, scale: float) -> tuple[Tensor, Tensor]:
+        """Matrix ``[8 R, R P]`` and bias ``[R P]`` mapping a row's [energies (R) | cell coordinates
+        (row / s, column / s per robot, 2 R) | dirt ahead (5 per robot, 5 R)] to the P = 3 R + 6 + 2 K
+        robot-specific features of every robot (layout in the class docstring)."""
+        r, e = config.num_robots, self._energy_scale
+        inputs, width = 8 * r, 3 * r + 6 + 2 * len(config.chargers)
+        weight = torch.zeros(inputs, r, width, dtype=torch.float64)
+        bias = torch.zeros(r, width, dtype=torch.float64)
+        xy, ahead = r, 3 * r  # input offsets
+        for i in range(r):
+            others = [j for j in range(r) if j != i]
+            weight[i, i, 0] = 1.0 / e
+            for m, j in enumerate(others):
+                weight[j, i, 1 + m] = 1.0 / e
+            bias[i, r] = config.energy[i] / e
+            for m, j in enumerate(others):
+                for d in (0, 1):
+                    weight[xy + 2 * j + d, i, r + 1 + 2 * m + d] = 1.0
+                    weight[xy + 2 * i + d, i, r + 1 + 2 * m + d] = -1.0
+            at = 3 * r - 1
+            for a in range(NUM_ACTIONS):
+                weight[ahead + NUM_ACTIONS * i + a, i, at + a] = 1.0
+            at += NUM_ACTIONS
+            for d in (0, 1):
+                weight[xy + 2 * i + d, i, at + d] = 1.0
+            at += 2
+            for q, charger in enumerate(config.chargers):
+                for d in (0, 1):
+                    weight[xy + 2 * i + d, i, at + 2 * q + d] = -1.0
+                    bias[i, at + 2 * q + d] = charger[d] / scale
+        f32 = {"dtype": torch.float32, "device": self.device}
+        return weight.reshape(inputs, r * width).to(**f32), bias.reshape(-1).to(**f32)
+
+    # ------------------------------------------------------------------ seeding / state
+    def _set_seed(self, seed: int | None) -> None:
+        seed = 0 if seed is None else int(seed)
+        self.row_seed = seed + torch.arange(self.batch_size[0], dtype=torch.long, device=self.device)
+        self.episode = torch.zeros_like(self.row_seed)
+
+    def rng_state(self) -> dict[str, Tensor]:
+        """What replays the episodes in progress: row seeds and the index of each row's episode in
+        progress (a resumed run restarts that episode from its start)."""
+        return {"row_seed": self.row_seed.cpu(), "episode": (self.episode - 1).clamp_min(0).cpu()}
+
+    def load_rng_state(self, state: dict[str, Tensor]) -> None:
+        """Restore :meth:`rng_state`: the next reset of row b draws episode ``state["episode"][b]``.
+
+        Raises:
+            ValueError: the state was saved from an env with another batch size.
+        """
+        if state["row_seed"].shape != self.row_seed.shape:
+            raise ValueError(f"env state has {state['row_seed'].shape[0]} rows, this env {self.row_seed.shape[0]}")
+        self.row_seed = state["row_seed"].to(self.device)
+        self.episode = state["episode"].to(self.device)
+
+    def force_state(self, position: Tensor, energy: Tensor, dirt: Tensor, t: Tensor | int = 0,
+                    collisions: Tensor | float = 0.0) -> TensorDict:
+        """Test and diagnostic hook: overwrite the state of every row and return its observation (the
+        TensorDict a reset would return: set ``action`` in it and call :meth:`step`).
+
+        Args:
+            position: int64 ``[B, R, 2]`` (row, column) of each robot, distinct per row, inside the grid.
+            energy: ``[B, R]`` energy of each robot (0 = stopped; may exceed the initial energy).
+            dirt: bool ``[B, n, n]``, True = dirty.
+            t: steps already taken, int or int64 ``[B]``.
+            collisions: colliding pairs so far in the episode, float or ``[B]``.
+
+        Raises:
+            ValueError: a shape that does not match, a position outside the grid, or two robots on one cell.
+        """
+        b, r, n = self.batch_size[0], self.config.num_robots, self.config.grid_size
+        position = torch.as_tensor(position, device=self.device).long()
+        energy = torch.as_tensor(energy, dtype=torch.float32, device=self.device)
+        dirt = torch.as_tensor(dirt, device=self.device).bool()
+        if position.shape != (b, r, 2) or energy.shape != (b, r) or dirt.shape != (b, n, n):
+            raise ValueError(f"force_state wants position [{b}, {r}, 2], energy [{b}, {r}], dirt [{b}, {n}, {n}]; got "
+                             f"{list(position.shape)}, {list(energy.shape)}, {list(dirt.shape)}")
+        if bool(((position < 0) | (position >= n)).any()):
+            raise ValueError(f"force_state: positions must lie in 0..{n - 1}")
+        cells = position[..., 0] * n + position[..., 1]
+        if bool(((cells[:, :, None] == cells[:, None, :]).sum((-2, -1)) > r).any()):
+            raise ValueError("force_state: two robots on one cell")
+        self.position = cells
+        self.energy = energy.clamp_min(0.0).clone()
+        self.dirt = dirt.reshape(b, -1).float()
+        self.t = torch.as_tensor(t, dtype=torch.long, device=self.device).expand(b).clone()
+        self.collisions = torch.as_tensor(collisions, dtype=torch.float32, device=self.device).expand(b).clone()
+        return self._observation(self._features(self.position, self.energy, self.dirt, self.t))
+
+    # ------------------------------------------------------------------ dynamics
+    def _reset(self, tensordict: TensorDict | None = None, **kwargs) -> TensorDict:
+        b, r = self.batch_size[0], self.config.num_robots
+        if tensordict is not None and "_reset" in tensordict:
+            rows = tensordict["_reset"].reshape(b)
+        else:
+            rows = torch.ones(b, dtype=torch.bool, device=self.device)
+        idx = rows.nonzero().squeeze(-1)
+        keys = rng.episode_keys(self.row_seed.index_select(0, idx), self.episode.index_select(0, idx))
+        self.episode = self.episode + rows.long()
+        draws = rng.uniform(keys, _POSITION_STREAM, (self.config.num_cells,))
+        position = draws.topk(r, dim=-1).indices
+        energy = self._max_energy.expand(idx.shape[0], r)
+        self.position = self.position.index_copy(0, idx, position)
+        self.energy = self.energy.index_copy(0, idx, energy)
+        self.dirt = self.dirt.index_fill(0, idx, 1.0)
+        self.t = self.t.index_fill(0, idx, 0)
+        self.collisions = self.collisions.index_fill(0, idx, 0.0)
+        if idx.shape[0] == b:
+            return self._observation(self._features(self.position, self.energy, self.dirt, self.t))
+        # A partial reset computes only the new rows, into a scratch buffer: TorchRL's reset takes the
+        # rows that are not reset from its input (``_update_during_reset`` merges into new tensors), so
+        # the other rows of this buffer (stale, finite) are never seen, and no full-size copy is made.
+        fresh = self._features(position, energy, self.dirt.index_select(0, idx), self.t.index_select(0, idx))
+        return self._observation(self._reset_rows.index_copy_(0, idx, fresh))
+
+    def _step(self, tensordict: TensorDict) -> TensorDict:
+        cfg = self.config
+        b, r = self.batch_size[0], cfg.num_robots
+        position, energy = self.position, self.energy
+        action = tensordict["action"].reshape(b, r) * (energy > 0)  # a stopped robot stays
+        target = self._next_flat.index_select(0, (position * NUM_ACTIONS + action).view(-1)).view(b, r)
+        attempted = target != position
+        moving, collided, pairs = self._resolve(position, target, attempted)
+        position = torch.where(moving, target, position)
+        energy = (energy - attempted.float() * cfg.e_move - collided.float() * cfg.e_collision).clamp_min(0.0)
+        charged = torch.minimum(energy + cfg.e_charge, self._max_energy)
+        energy = torch.where(self._is_charger.index_select(0, position.view(-1)).view(b, r), charged, energy)
+        cleaned = self.dirt.gather(1, position)
+        self.dirt = self.dirt.scatter(1, position, 0.0)
+        self.position, self.energy = position, energy
+        self.collisions = self.collisions + pairs
+        self.t = self.t + 1
+        terminated = (self.dirt.sum(-1, keepdim=True) == 0) | (energy.amax(-1, keepdim=True) <= 0)
+        truncated = (self.t >= cfg.max_steps).unsqueeze(-1) & ~terminated
+        out = self._observation(self._features(self.position, self.energy, self.dirt, self.t))
+        out.update({"reward": (cleaned * cfg.r_clean).unsqueeze(-1), "done": terminated | truncated,
+                    "terminated": terminated, "truncated": truncated})
+        return out
+
+    def _resolve(self, position: Tensor, target: Tensor, attempted: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The collision rule (step 2 of the class docstring) for all rows and robots at once.
+
+        A mover fails when another mover targets the same cell (*crowded*), when the robot in its target
+        cell does not move (*blocked*), when it and that robot would swap, or when the robot in its
+        target cell is a mover that fails (propagated down chains of movers: a chain has at most R - 1
+        links, so R - 1 passes are exact). A failed mover collides with the movers it was crowded with
+        and with the robot that stays in its target cell.
+
+        Args:
+            position: int64 ``[B, R]`` current cells (distinct per row).
+            target: int64 ``[B, R]`` cells the actions lead to (``position`` for robots that stay).
+            attempted: bool ``[B, R]``, ``target != position``.
+
+        Returns:
+            ``moving`` bool ``[B, R]`` (robots whose move succeeds), ``collided`` bool ``[B, R]``
+            (robots in at least one colliding pair) and ``pairs`` float32 ``[B]`` (colliding pairs).
+        """
+        r, c = self.config.num_robots, self.config.num_cells
+        me = self._robot_long
+        # the robot in each robot's target cell; an empty cell reads the robot itself (a link to itself
+        # changes nothing below), and so does a robot that stays
+        ahead = self._nobody.clone().scatter_(1, position, self._robot_index).gather(1, target).long()
+        ahead = torch.where(ahead == r, me, ahead)
+        occupied = ahead != me
+        # movers per cell, robots that stay counted in the sink column c
+        sink = torch.where(attempted, target, c)
+        crowd = self._no_movers.clone().scatter_add_(1, sink, self._ones_small).gather(1, sink).float() * attempted
+        ahead_moves = attempted.gather(1, ahead)
+        swap = attempted & ahead_moves & (target.gather(1, ahead) == position)
+        fail = (crowd > 1) | swap | (attempted & occupied & ~ahead_moves)
+        for _ in range(r - 1):
+            fail = fail | (attempted & fail.gather(1, ahead))
+        moving = attempted & ~fail
+        # a failed mover hits the robot in its target cell unless that robot moves away
+        hits = fail & occupied & ~moving.gather(1, ahead)
+        hit = self._no_hits.clone().scatter_(1, torch.where(hits, ahead, r), True)[:, :r]
+        # k movers with one target: k (k - 1) / 2 pairs; a swapping pair is hit both ways
+        pairs = ((crowd - 1.0).clamp_min(0.0) * 0.5 + hits.float() - swap.float() * 0.5).sum(-1)
+        return moving, fail | hit, pairs
+
+    # ------------------------------------------------------------------ observation
+    def _features(self, position: Tensor, energy: Tensor, dirt: Tensor, t: Tensor) -> Tensor:
+        """``observation`` ``[k, R, F]`` of k rows' state (``position``, ``energy`` ``[k, R]``, ``dirt``
+        ``[k, n^2]``, ``t`` ``[k]``); layout in the class docstring.
+
+        Two blocks, because few wide copies are what is fast here: the robot-specific block is linear
+        in (energies, cell coordinates, dirt ahead) of the row's robots, so one ``addmm`` with a 0 / +-1
+        / 1/E matrix lays it out for every robot (every entry has at most two non-zero terms, so it is
+        exact and does not depend on the batch size); the block every robot of a row shares (dirt map,
+        steps left) is then repeated per robot by the one ``cat``.
+        """
+        cfg = self.config
+        k, r, c = position.shape[0], cfg.num_robots, cfg.num_cells
+        flat = position.reshape(-1)
+        xy = self._coords.index_select(0, flat).view(k, 2 * r)
+        ahead = dirt.gather(1, self._next_cell.index_select(0, flat).view(k, r * NUM_ACTIONS))
+        own = torch.addmm(self._layout_bias, torch.cat([energy, xy, ahead], 1), self._layout).view(k, r, -1)
+        shared = torch.cat([dirt, (1.0 - t.float() / cfg.max_steps).unsqueeze(-1)], 1)
+        return torch.cat([own, shared.unsqueeze(1).expand(k, r, c + 1)], -1)
+
+    def _observation(self, observation: Tensor) -> TensorDict:
+        """The observation TensorDict of the current state, around ``observation`` ``[B, R, F]``."""
+        b = self.batch_size[0]
+        active = (self.energy > 0).long()
+        mask = self._mask_table.index_select(0, (self.position * 2 + active).view(-1)).view(b, -1, NUM_ACTIONS)
+        return TensorDict(
+            observation=observation,
+            agent_id=self._agent_id.clone(),
+            action_mask=mask,
+            report=TensorDict(cleaned_fraction=1.0 - self.dirt.mean(-1, keepdim=True),
+                              collisions=self.collisions.unsqueeze(-1).clone(),
+                              energy_left=(self.energy / self._max_energy).mean(-1, keepdim=True),
+                              batch_size=[b]),
+            batch_size=[b],
+        )
+
+
+__all__ = ["ACTION_DELTAS", "NUM_ACTIONS", "VacuumConfig", "VacuumEnv"]
