@@ -53,6 +53,11 @@ class RLModule(L.LightningModule):
         """Shape the networks on the data module's env (lazy layers, action spec), before training or
         loading weights; modules whose networks need it override this."""
 
+    def configure_model(self) -> None:
+        """Lightning's hook before the optimisers are built: :meth:`prepare` on the trainer's data module."""
+        if self._trainer is not None and self.trainer.datamodule is not None:
+            self.prepare(self.trainer.datamodule)
+
     # ------------------------------------------------------------------ data hooks
     def on_collected(self, batch: TensorDict) -> TensorDict:
         """Count frames and finished episodes of a collected batch ``[B, T]``; returns the batch.

@@ -106,12 +106,8 @@ class DQNModule(RLModule):
     def collector_policy(self) -> TensorDictSequential:
         return self._policy
 
-    def configure_model(self) -> None:
-        """Build on the data module's env: its action spec and an example observation (lazy layers)."""
-        if self._trainer is not None and self.trainer.datamodule is not None:
-            self.prepare(self.trainer.datamodule)
-
     def prepare(self, datamodule) -> None:
+        """Build on the data module's env: its action spec and an example observation (lazy layers)."""
         if self._actor is None:
             datamodule.setup("fit")
             self.build(datamodule.env.action_spec_unbatched, datamodule.example_observation())

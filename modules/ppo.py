@@ -82,12 +82,8 @@ class PPOModule(RLModule):
     def collector_policy(self) -> TensorDictSequential:
         return self._policy
 
-    def configure_model(self) -> None:
-        """Materialise lazy layers on an example observation of the data module's env."""
-        if self._trainer is not None and self.trainer.datamodule is not None:
-            self.prepare(self.trainer.datamodule)
-
     def prepare(self, datamodule) -> None:
+        """Materialise lazy layers on an example observation of the data module's env."""
         self.materialize(datamodule.example_observation())
 
     def materialize(self, observation: TensorDict) -> None:
