@@ -110,24 +110,25 @@ class EmbeddingUpdate(L.Callback):
         Returns the logged metrics (rank 0; empty elsewhere)."""
         data = self._gathered()
         model = trainer.datamodule.embedding_model()
-        state, metrics = None, {}
+        state, metrics, predicted = None, {}, None
         if trainer.is_global_zero and data.numel():
             trained = copy.deepcopy(model).cpu()
             generator = torch.Generator().manual_seed(self.seed + self.updates)
             loss = fit_outcomes(trained, data, self.epochs, self.batch_size, self.lr, generator)
             state = trained.state_dict()
-            metrics = self._diagnostics(trainer, trained, data, loss)
+            metrics, predicted = self._diagnostics(trainer, trained, data, loss)
         state = trainer.strategy.broadcast(state, src=0)
         if state is not None:
             trainer.datamodule.update_embedding(state)
             self.updates += 1
         if metrics:
             metrics["embedding/updates"] = float(self.updates)
-            self._log(pl_module, trained, data, metrics)
+            self._log(pl_module, predicted, metrics)
             log.info("embedding update %d at %d frames: %s", self.updates, pl_module.collected_frames, metrics)
         return metrics
 
-    def _diagnostics(self, trainer: L.Trainer, model, data: TensorDict, loss: float) -> dict[str, float]:
+    def _diagnostics(self, trainer: L.Trainer, model, data: TensorDict, loss: float) -> tuple[dict[str, float], torch.Tensor]:
+        """The logged metrics and the predicted (argmax) type of every stored customer."""
         with torch.no_grad():
             probs = model(data["attributes"])[0].exp()
         metrics = {"embedding/loss": loss, "embedding/outcomes": float(data.numel()),
@@ -138,12 +139,10 @@ class EmbeddingUpdate(L.Callback):
             metrics["embedding/bayes_accuracy"] = (bayes == data["kind"]).float().mean().item()
         for k, share in enumerate(probs.mean(0).tolist()):
             metrics[f"embedding/share_{k}"] = share
-        return metrics
+        return metrics, probs.argmax(-1)
 
-    def _log(self, pl_module: L.LightningModule, model, data: TensorDict, metrics: dict[str, float]) -> None:
+    def _log(self, pl_module: L.LightningModule, predicted: torch.Tensor, metrics: dict[str, float]) -> None:
         frames = pl_module.collected_frames
-        with torch.no_grad():
-            predicted = model(data["attributes"])[0].argmax(-1)
         for logger in pl_module.loggers:
             logger.log_metrics(metrics, step=frames)
             if hasattr(logger.experiment, "add_histogram"):

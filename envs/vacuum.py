@@ -14,10 +14,10 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 from torchrl.data import Binary, Categorical, Composite, Unbounded
-from torchrl.envs import EnvBase
 
 from envs.config import EnvConfig
 from envs.dvrp import rng
+from envs.seeding import RowSeededEnv
 
 NUM_ACTIONS = 5
 STAY, UP, DOWN, LEFT, RIGHT = range(NUM_ACTIONS)
@@ -106,7 +106,7 @@ class VacuumConfig(EnvConfig):
         return VacuumEnv(self, num_envs=num_envs, seed=seed, device=device)
 
 
-class VacuumEnv(EnvBase):
+class VacuumEnv(RowSeededEnv):
     """B independent robot-vacuum episodes stepping as one batch (``batch_size=[B]``), R robots each.
 
     Cells are numbered row-major, ``cell = row * n + column``, row 0 at the top.
@@ -285,28 +285,7 @@ class VacuumEnv(EnvBase):
         f32 = {"dtype": torch.float32, "device": self.device}
         return weight.reshape(inputs, r * width).to(**f32), bias.reshape(-1).to(**f32)
 
-    # ------------------------------------------------------------------ seeding / state
-    def _set_seed(self, seed: int | None) -> None:
-        seed = 0 if seed is None else int(seed)
-        self.row_seed = seed + torch.arange(self.batch_size[0], dtype=torch.long, device=self.device)
-        self.episode = torch.zeros_like(self.row_seed)
-
-    def rng_state(self) -> dict[str, Tensor]:
-        """What replays the episodes in progress: row seeds and the index of each row's episode in
-        progress (a resumed run restarts that episode from its start)."""
-        return {"row_seed": self.row_seed.cpu(), "episode": (self.episode - 1).clamp_min(0).cpu()}
-
-    def load_rng_state(self, state: dict[str, Tensor]) -> None:
-        """Restore :meth:`rng_state`: the next reset of row b draws episode ``state["episode"][b]``.
-
-        Raises:
-            ValueError: the state was saved from an env with another batch size.
-        """
-        if state["row_seed"].shape != self.row_seed.shape:
-            raise ValueError(f"env state has {state['row_seed'].shape[0]} rows, this env {self.row_seed.shape[0]}")
-        self.row_seed = state["row_seed"].to(self.device)
-        self.episode = state["episode"].to(self.device)
-
+    # ------------------------------------------------------------------ state (tests, diagnostics)
     def force_state(self, position: Tensor, energy: Tensor, dirt: Tensor, t: Tensor | int = 0,
                     collisions: Tensor | float = 0.0) -> TensorDict:
         """Test and diagnostic hook: overwrite the state of every row and return its observation (the

@@ -16,13 +16,13 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 from torchrl.data import Binary, Categorical, Composite, Unbounded
-from torchrl.envs import EnvBase
 
 from envs.dvrp import rng
 from envs.dvrp.generator import type_posterior
 from envs.dvrp.neural_oracle import NeuralOracle
 from envs.dvrp.oracle import CostOracle, InsertionOracle
 from envs.dvrp.render import plot_routes
+from envs.seeding import RowSeededEnv
 from modules.flexibility import acceptance_log_prob
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ _PACKED = ("demand", "service", "ready", "due", "slot")  # packed customer colum
 _DEMAND, _SERVICE, _READY, _DUE, _SLOT, _ATTR = 2, 3, 4, 5, 6, 7
 
 
-class DVRPEnv(EnvBase):
+class DVRPEnv(RowSeededEnv):
     """B independent dynamic VRPTW episodes stepping as one batch (``batch_size=[B]``).
 
     Actions:
@@ -174,17 +174,11 @@ class DVRPEnv(EnvBase):
         self.reward_spec = Unbounded(shape=(b, 1), **f32)
 
     # ------------------------------------------------------------------ seeding / state
-    def _set_seed(self, seed: int | None) -> None:
-        seed = 0 if seed is None else int(seed)
-        self.row_seed = seed + torch.arange(self.batch_size[0], dtype=torch.long, device=self.device)
-        self.episode = torch.zeros_like(self.row_seed)
-
     def rng_state(self) -> dict[str, Tensor]:
-        """What replays the episodes in progress: row seeds, the index of each row's episode in progress
-        (resuming restarts that episode) and, with a flexibility model, the predictions those episodes
-        started with (``predictions`` ``[B, N, K + D]``, ``acceptance`` ``[B, N, W]``): the model may
-        have been updated since."""
-        state = {"row_seed": self.row_seed.cpu(), "episode": (self.episode - 1).clamp_min(0).cpu()}
+        """The base state (row seeds, episodes in progress) and, with a flexibility model, the
+        predictions those episodes started with (``predictions`` ``[B, N, K + D]``, ``acceptance``
+        ``[B, N, W]``): the model may have been updated since."""
+        state = super().rng_state()
         if self.flexibility is not None:
             state["predictions"] = self.static[..., STATIC_FEATURES + self.config.num_types:].cpu().clone()
             state["acceptance"] = self.acceptance.cpu().clone()
@@ -197,10 +191,7 @@ class DVRPEnv(EnvBase):
         Raises:
             ValueError: the state was saved from an env with another batch size.
         """
-        if state["row_seed"].shape != self.row_seed.shape:
-            raise ValueError(f"env state has {state['row_seed'].shape[0]} rows, this env {self.row_seed.shape[0]}")
-        self.row_seed = state["row_seed"].to(self.device)
-        self.episode = state["episode"].to(self.device)
+        super().load_rng_state(state)
         if self.flexibility is not None and "predictions" in state:
             self._saved = (state["predictions"].to(self.device), state["acceptance"].to(self.device),
                            torch.ones(self.batch_size[0], dtype=torch.bool, device=self.device))

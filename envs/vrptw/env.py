@@ -8,9 +8,9 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 from torchrl.data import Binary, Categorical, Composite, Unbounded
-from torchrl.envs import EnvBase
 
 from envs.dvrp import rng
+from envs.seeding import RowSeededEnv
 from envs.vrptw import construction
 from envs.vrptw.problem import distance_matrix
 
@@ -26,7 +26,7 @@ class ProblemSource(Protocol):
     def sample(self, key: Tensor) -> TensorDict: ...
 
 
-class VRPTWEnv(EnvBase):
+class VRPTWEnv(RowSeededEnv):
     """B VRPTW instances built into plans one node at a time (``batch_size=[B]``).
 
     The rules are :mod:`envs.vrptw.construction` (the same functions the neural oracle decodes with).
@@ -90,11 +90,6 @@ class VRPTWEnv(EnvBase):
         )
         self.action_spec = Categorical(n=s, shape=(b,), device=self.device)
         self.reward_spec = Unbounded(shape=(b, 1), **f32)
-
-    def _set_seed(self, seed: int | None) -> None:
-        seed = 0 if seed is None else int(seed)
-        self.row_seed = seed + torch.arange(self.batch_size[0], dtype=torch.long, device=self.device)
-        self.episode = torch.zeros_like(self.row_seed)
 
     def _reset(self, tensordict: TensorDict | None = None, **kwargs) -> TensorDict:
         b = self.batch_size[0]
