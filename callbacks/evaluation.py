@@ -66,7 +66,9 @@ class PolicyEvaluation(L.Callback):
             rollout = env.rollout(self.max_steps, policy, break_when_any_done=False, break_when_all_done=True)
         pl_module.train(was_training)
         done = rollout["next", "done"].squeeze(-1)
-        metrics = {"eval/episode_return": rollout["next", "episode_reward"][done].float().mean().item()}
+        returns = rollout["next", "episode_reward"][done].float()
+        # a multi-agent env's return [N, R, 1] is the team's: summed over the agents
+        metrics = {"eval/episode_return": returns.reshape(returns.shape[0], -1).sum(-1).mean().item()}
         if ("next", "report") in rollout.keys(True):
             for key, value in rollout["next", "report"].items():
                 metrics[f"eval/{key}"] = value[done].float().mean().item()

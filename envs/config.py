@@ -16,9 +16,13 @@ class EnvConfig(ABC):
     Attributes:
         embedding_model: a learned model the env's observations depend on (shared by every env built
             from this config, retrained by ``callbacks.EmbeddingUpdate``), or None.
+        num_agents: R for a multi-agent env, whose per-agent entries (observation, action, reward,
+            action mask, ...) carry an agent dim of size R right after the batch dims, while the done
+            flags (``[*B, 1]``) are shared by the agents; None for a single-agent env.
     """
 
     embedding_model: nn.Module | None = None
+    num_agents: int | None = None
 
     @abstractmethod
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:

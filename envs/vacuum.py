@@ -23,7 +23,7 @@ NUM_ACTIONS = 5
 STAY, UP, DOWN, LEFT, RIGHT = range(NUM_ACTIONS)
 # (row, column) change of each action; row 0 is the top row, so "up" decreases the row
 ACTION_DELTAS = ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1))
-REPORT_KEYS = ("cleaned_fraction", "collisions", "energy_left")
+REPORT_KEYS = ("cleaned_fraction", "collisions", "energy_left", "steps")
 _POSITION_STREAM = 0  # rng stream of the initial positions
 
 
@@ -93,6 +93,11 @@ class VacuumConfig(EnvConfig):
         self.max_steps = max_steps
 
     @property
+    def num_agents(self) -> int:
+        """R: the robots are the agents (see ``EnvConfig.num_agents``)."""
+        return self.num_robots
+
+    @property
     def num_cells(self) -> int:
         """n * n."""
         return self.grid_size * self.grid_size
@@ -140,7 +145,9 @@ class VacuumEnv(RowSeededEnv):
         * ``action_mask`` bool ``[B, R, 5]`` (True = allowed): stay always; a move if it stays on the
           grid and the robot is not stopped (a stopped robot may only stay).
         * ``report``: ``cleaned_fraction`` (clean cells / n^2), ``collisions`` (colliding pairs so far in
-          the episode) and ``energy_left`` (mean over robots of energy / initial energy), each ``[B, 1]``.
+          the episode), ``energy_left`` (mean over robots of energy / initial energy) and ``steps`` (steps
+          taken in the episode), each ``[B, 1]``; ``robot_energy_left`` ``[B, R]`` (each robot's energy /
+          its initial energy).
 
     Rules of a step (all robots at once; a robot with energy 0 is *stopped*):
         1. Each active robot's action gives its target cell (off the grid: its own cell). A robot whose
@@ -173,7 +180,9 @@ class VacuumEnv(RowSeededEnv):
 
     State (read it, don't write it; :meth:`force_state` sets it): ``position`` int64 ``[B, R]`` (cells),
     ``energy`` float32 ``[B, R]``, ``dirt`` float32 ``[B, n^2]`` (1 = dirty), ``t`` int64 ``[B]`` (steps
-    taken), ``collisions`` float32 ``[B]`` (colliding pairs in the episode).
+    taken), ``collisions`` float32 ``[B]`` (colliding pairs in the episode). A step or reset may update
+    these tensors in place (``dirt`` at every step, the reset rows of all of them at a reset): clone one
+    to keep a snapshot.
 
     Args:
         config: the problem's parameters.
@@ -213,24 +222,30 @@ class VacuumEnv(RowSeededEnv):
             self._is_charger[row * n + col] = True
         self._max_energy = torch.tensor(config.energy, dtype=torch.float32, device=dev)  # [R]
         self._energy_scale = float(max(config.energy))
-        self._layout, self._layout_bias = self._robot_block_layout(config, scale)
+        self._layout = self._observation_layout(config, scale)
         self._agent_id = torch.eye(r, device=dev).expand(b, r, r)
-        # scratch constants of the collision resolution (cloned, never written)
+        self._max_energy_rows = self._max_energy.expand(b, r).contiguous()  # same-shape ops are the fast ones
+        self._ones_column = torch.ones(b, 1, device=dev)  # the constant input of the layout matrix's bias row
+        # scratch constants of the collision resolution and of the cleaning (cloned or read, never written)
         small = torch.int8 if r < 127 else torch.int32
         self._nobody = torch.full((b, c), r, dtype=small, device=dev)
         self._robot_index = torch.arange(r, dtype=small, device=dev).expand(b, r).contiguous()
+        self._robot_long = torch.arange(r, device=dev).expand(b, r).contiguous()
         self._no_movers = torch.zeros(b, c + 1, dtype=small, device=dev)
         self._ones_small = torch.ones(b, r, dtype=small, device=dev)
-        self._robot_long = torch.arange(r, device=dev).expand(b, r).contiguous()
-        self._no_hits = torch.zeros(b, r + 1, dtype=torch.bool, device=dev)
+        # scatter_ from a tensor is about 3x faster than scatter_ of a Python scalar on CPU
+        self._zeros = torch.zeros(b, r, device=dev)
         # ---- state
         self.position = torch.arange(r, device=dev).expand(b, r).contiguous()
         self.energy = self._max_energy.expand(b, r).clone()
         self.dirt = torch.ones(b, c, device=dev)
+        self._dirty = torch.full((b,), float(c), device=dev)  # dirty cells per row, = dirt.sum(-1)
         self.t = torch.zeros(b, dtype=torch.long, device=dev)
         self.collisions = torch.zeros(b, dtype=torch.float32, device=dev)
         self.row_seed = torch.zeros(b, dtype=torch.long, device=dev)
         self.episode = torch.zeros(b, dtype=torch.long, device=dev)
+        self._fresh_dirt = torch.ones(b, c, device=dev)  # the dirt and steps of a new episode (never written)
+        self._fresh_t = torch.zeros(b, dtype=torch.long, device=dev)
         # partial resets write their new rows here (see _reset); TorchRL keeps the other rows from its input
         self._reset_rows = torch.zeros(b, r, config.num_features, device=dev)
         self._set_seed(seed)
@@ -243,7 +258,8 @@ class VacuumEnv(RowSeededEnv):
             observation=Unbounded(shape=(b, r, f), **f32),
             agent_id=Unbounded(shape=(b, r, r), **f32),
             action_mask=Binary(n=NUM_ACTIONS, shape=(b, r, NUM_ACTIONS), dtype=torch.bool, device=self.device),
-            report=Composite({key: Unbounded(shape=(b, 1), **f32) for key in REPORT_KEYS}, shape=(b,)),
+            report=Composite({**{key: Unbounded(shape=(b, 1), **f32) for key in REPORT_KEYS},
+                              "robot_energy_left": Unbounded(shape=(b, r), **f32)}, shape=(b,)),
             shape=(b,),
         )
         self.action_spec = Categorical(n=NUM_ACTIONS, shape=(b, r), device=self.device)
@@ -252,21 +268,22 @@ class VacuumEnv(RowSeededEnv):
         self.done_spec = Composite(done=Categorical(**flag), terminated=Categorical(**flag),
                                    truncated=Categorical(**flag), shape=(b,))
 
-    def _robot_block_layout(self, config: VacuumConfig, scale: float) -> tuple[Tensor, Tensor]:
-        """Matrix ``[8 R, R P]`` and bias ``[R P]`` mapping a row's [energies (R) | cell coordinates
-        (row / s, column / s per robot, 2 R) | dirt ahead (5 per robot, 5 R)] to the P = 3 R + 6 + 2 K
-        robot-specific features of every robot (layout in the class docstring)."""
-        r, e = config.num_robots, self._energy_scale
-        inputs, width = 8 * r, 3 * r + 6 + 2 * len(config.chargers)
-        weight = torch.zeros(inputs, r, width, dtype=torch.float64)
-        bias = torch.zeros(r, width, dtype=torch.float64)
-        xy, ahead = r, 3 * r  # input offsets
+    def _observation_layout(self, config: VacuumConfig, scale: float) -> Tensor:
+        """Matrix ``[8 R + n^2 + 2, R F]`` mapping a row's [energies (R) | cell coordinates (row / s,
+        column / s per robot, 2 R) | dirt ahead (5 per robot, 5 R) | dirt map (n^2) | steps left / max_steps
+        | 1] to the observation rows of all its robots, ``[R, F]`` flattened (layout in the class
+        docstring). The last input is the constant 1: its row is the bias (own initial energy, charger cells).
+        """
+        r, c, e = config.num_robots, config.num_cells, self._energy_scale
+        inputs = 8 * r + c + 2
+        weight = torch.zeros(inputs, r, config.num_features, dtype=torch.float64)
+        xy, ahead, shared, one = r, 3 * r, 8 * r, inputs - 1  # input offsets
         for i in range(r):
             others = [j for j in range(r) if j != i]
             weight[i, i, 0] = 1.0 / e
             for m, j in enumerate(others):
                 weight[j, i, 1 + m] = 1.0 / e
-            bias[i, r] = config.energy[i] / e
+            weight[one, i, r] = config.energy[i] / e
             for m, j in enumerate(others):
                 for d in (0, 1):
                     weight[xy + 2 * j + d, i, r + 1 + 2 * m + d] = 1.0
@@ -281,9 +298,11 @@ class VacuumEnv(RowSeededEnv):
             for q, charger in enumerate(config.chargers):
                 for d in (0, 1):
                     weight[xy + 2 * i + d, i, at + 2 * q + d] = -1.0
-                    bias[i, at + 2 * q + d] = charger[d] / scale
-        f32 = {"dtype": torch.float32, "device": self.device}
-        return weight.reshape(inputs, r * width).to(**f32), bias.reshape(-1).to(**f32)
+                    weight[one, i, at + 2 * q + d] = charger[d] / scale
+            at += 2 * len(config.chargers)
+            for m in range(c + 1):  # dirt map, steps left: copied
+                weight[shared + m, i, at + m] = 1.0
+        return weight.reshape(inputs, -1).to(dtype=torch.float32, device=self.device)
 
     # ------------------------------------------------------------------ state (tests, diagnostics)
     def force_state(self, position: Tensor, energy: Tensor, dirt: Tensor, t: Tensor | int = 0,
@@ -316,59 +335,66 @@ class VacuumEnv(RowSeededEnv):
         self.position = cells
         self.energy = energy.clamp_min(0.0).clone()
         self.dirt = dirt.reshape(b, -1).float()
+        self._dirty = self.dirt.sum(-1)
         self.t = torch.as_tensor(t, dtype=torch.long, device=self.device).expand(b).clone()
         self.collisions = torch.as_tensor(collisions, dtype=torch.float32, device=self.device).expand(b).clone()
         return self._observation(self._features(self.position, self.energy, self.dirt, self.t))
 
     # ------------------------------------------------------------------ dynamics
     def _reset(self, tensordict: TensorDict | None = None, **kwargs) -> TensorDict:
-        b, r = self.batch_size[0], self.config.num_robots
-        if tensordict is not None and "_reset" in tensordict:
-            rows = tensordict["_reset"].reshape(b)
-        else:
+        b, r, c = self.batch_size[0], self.config.num_robots, self.config.num_cells
+        rows = tensordict.get("_reset", None) if tensordict is not None else None
+        if rows is None:
             rows = torch.ones(b, dtype=torch.bool, device=self.device)
+        rows = rows.reshape(b)
         idx = rows.nonzero().squeeze(-1)
         keys = rng.episode_keys(self.row_seed.index_select(0, idx), self.episode.index_select(0, idx))
-        self.episode = self.episode + rows.long()
-        draws = rng.uniform(keys, _POSITION_STREAM, (self.config.num_cells,))
-        position = draws.topk(r, dim=-1).indices
+        self.episode = self.episode + rows
+        position = rng.uniform(keys, _POSITION_STREAM, (c,)).topk(r, dim=-1).indices
         energy = self._max_energy.expand(idx.shape[0], r)
-        self.position = self.position.index_copy(0, idx, position)
-        self.energy = self.energy.index_copy(0, idx, energy)
-        self.dirt = self.dirt.index_fill(0, idx, 1.0)
-        self.t = self.t.index_fill(0, idx, 0)
-        self.collisions = self.collisions.index_fill(0, idx, 0.0)
+        # in place (cheaper than out-of-place copies of every state tensor); see "State" in the class docstring
+        self.position.index_copy_(0, idx, position)
+        self.energy.index_copy_(0, idx, energy)
+        for state, value in ((self.dirt, 1.0), (self._dirty, float(c)), (self.t, 0), (self.collisions, 0.0)):
+            state.index_fill_(0, idx, value)
         if idx.shape[0] == b:
             return self._observation(self._features(self.position, self.energy, self.dirt, self.t))
         # A partial reset computes only the new rows, into a scratch buffer: TorchRL's reset takes the
         # rows that are not reset from its input (``_update_during_reset`` merges into new tensors), so
         # the other rows of this buffer (stale, finite) are never seen, and no full-size copy is made.
-        fresh = self._features(position, energy, self.dirt.index_select(0, idx), self.t.index_select(0, idx))
+        # The small entries (mask, report) are computed for every row: ``ActionMask`` reads the whole mask.
+        n = idx.shape[0]
+        fresh = self._features(position, energy, self._fresh_dirt[:n], self._fresh_t[:n])
         return self._observation(self._reset_rows.index_copy_(0, idx, fresh))
 
     def _step(self, tensordict: TensorDict) -> TensorDict:
         cfg = self.config
         b, r = self.batch_size[0], cfg.num_robots
         position, energy = self.position, self.energy
-        action = tensordict["action"].reshape(b, r) * (energy > 0)  # a stopped robot stays
+        action = tensordict.get("action").reshape(b, r) * (energy > 0)  # a stopped robot stays
         target = self._next_flat.index_select(0, (position * NUM_ACTIONS + action).view(-1)).view(b, r)
         attempted = target != position
         moving, collided, pairs = self._resolve(position, target, attempted)
         position = torch.where(moving, target, position)
-        energy = (energy - attempted.float() * cfg.e_move - collided.float() * cfg.e_collision).clamp_min(0.0)
-        charged = torch.minimum(energy + cfg.e_charge, self._max_energy)
-        energy = torch.where(self._is_charger.index_select(0, position.view(-1)).view(b, r), charged, energy)
+        # (energy - e_move [attempted] - e_collision [collided]) clamped at 0; ``alpha * 0/1`` is exact
+        energy = energy.sub(attempted.float(), alpha=cfg.e_move).sub_(collided.float(), alpha=cfg.e_collision)
+        energy = energy.clamp_min_(0.0)
+        on_charger = self._is_charger.index_select(0, position.view(-1)).view(b, r)
+        energy = torch.where(on_charger, torch.minimum(energy + cfg.e_charge, self._max_energy_rows), energy)
+        # dirt is written in place (the biggest state; it is never handed out: the observation copies it)
         cleaned = self.dirt.gather(1, position)
-        self.dirt = self.dirt.scatter(1, position, 0.0)
+        self.dirt.scatter_(1, position, self._zeros)
+        self._dirty = self._dirty - cleaned.sum(-1)  # robots are on distinct cells
         self.position, self.energy = position, energy
         self.collisions = self.collisions + pairs
         self.t = self.t + 1
-        terminated = (self.dirt.sum(-1, keepdim=True) == 0) | (energy.amax(-1, keepdim=True) <= 0)
+        terminated = ((self._dirty == 0) | (energy.amax(-1) <= 0)).unsqueeze(-1)
         truncated = (self.t >= cfg.max_steps).unsqueeze(-1) & ~terminated
-        out = self._observation(self._features(self.position, self.energy, self.dirt, self.t))
-        out.update({"reward": (cleaned * cfg.r_clean).unsqueeze(-1), "done": terminated | truncated,
-                    "terminated": terminated, "truncated": truncated})
-        return out
+        return self._observation(
+            self._features(position, energy, self.dirt, self.t),
+            reward=(cleaned * cfg.r_clean).unsqueeze(-1), done=terminated | truncated,
+            terminated=terminated, truncated=truncated,
+        )
 
     def _resolve(self, position: Tensor, target: Tensor, attempted: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The collision rule (step 2 of the class docstring) for all rows and robots at once.
@@ -393,58 +419,67 @@ class VacuumEnv(RowSeededEnv):
         # the robot in each robot's target cell; an empty cell reads the robot itself (a link to itself
         # changes nothing below), and so does a robot that stays
         ahead = self._nobody.clone().scatter_(1, position, self._robot_index).gather(1, target).long()
-        ahead = torch.where(ahead == r, me, ahead)
-        occupied = ahead != me
-        # movers per cell, robots that stay counted in the sink column c
+        occupied = ahead != r
+        ahead = torch.where(occupied, ahead, me)
+        # movers per target cell, robots that stay counted in the sink column c
         sink = torch.where(attempted, target, c)
-        crowd = self._no_movers.clone().scatter_add_(1, sink, self._ones_small).gather(1, sink).float() * attempted
+        movers = self._no_movers.clone().scatter_add_(1, sink, self._ones_small)
+        crowd = movers.gather(1, sink)
+        crowded = (crowd > 1) & attempted
         ahead_moves = attempted.gather(1, ahead)
         swap = attempted & ahead_moves & (target.gather(1, ahead) == position)
-        fail = (crowd > 1) | swap | (attempted & occupied & ~ahead_moves)
+        fail = crowded | swap | (attempted & occupied & ~ahead_moves)
         for _ in range(r - 1):
-            fail = fail | (attempted & fail.gather(1, ahead))
+            fail = fail | fail.gather(1, ahead)  # a robot that stays never fails: no mask needed
         moving = attempted & ~fail
-        # a failed mover hits the robot in its target cell unless that robot moves away
-        hits = fail & occupied & ~moving.gather(1, ahead)
-        hit = self._no_hits.clone().scatter_(1, torch.where(hits, ahead, r), True)[:, :r]
-        # k movers with one target: k (k - 1) / 2 pairs; a swapping pair is hit both ways
-        pairs = ((crowd - 1.0).clamp_min(0.0) * 0.5 + hits.float() - swap.float() * 0.5).sum(-1)
-        return moving, fail | hit, pairs
+        # A robot that does not move is hit by every mover that targets its cell (each of them is
+        # blocked, so fails): a failed mover and the robot staying in its target cell are one pair.
+        hit_by = movers.gather(1, position) * ~moving
+        # twice the pairs: k movers with one target make k (k - 1) / 2 pairs, i.e. k - 1 halves per
+        # mover; a hit is a pair, counted from the robot hit; a swapping pair is hit both ways
+        halves = torch.where(crowded, crowd - 1, 0) + hit_by * 2 - swap.to(hit_by.dtype)
+        return moving, fail | (hit_by > 0), halves.sum(-1) * 0.5
 
     # ------------------------------------------------------------------ observation
     def _features(self, position: Tensor, energy: Tensor, dirt: Tensor, t: Tensor) -> Tensor:
         """``observation`` ``[k, R, F]`` of k rows' state (``position``, ``energy`` ``[k, R]``, ``dirt``
         ``[k, n^2]``, ``t`` ``[k]``); layout in the class docstring.
 
-        Two blocks, because few wide copies are what is fast here: the robot-specific block is linear
-        in (energies, cell coordinates, dirt ahead) of the row's robots, so one ``addmm`` with a 0 / +-1
-        / 1/E matrix lays it out for every robot (every entry has at most two non-zero terms, so it is
-        exact and does not depend on the batch size); the block every robot of a row shares (dirt map,
-        steps left) is then repeated per robot by the one ``cat``.
+        The observation is linear in (energies, cell coordinates, dirt ahead, dirt map, steps left) of
+        the row's robots, so one ``mm`` with a 0 / +-1 / 1/E matrix (:meth:`_observation_layout`) writes
+        every robot's row at once. Every entry has at most two non-zero terms, so it is exact and does
+        not depend on the batch size. One contiguous write is what is fast here: assembling the rows
+        from blocks (``cat``, slice copies) costs more than the matrix product, because each robot row
+        is a separate short copy.
         """
         cfg = self.config
-        k, r, c = position.shape[0], cfg.num_robots, cfg.num_cells
+        k, r = position.shape[0], cfg.num_robots
         flat = position.reshape(-1)
         xy = self._coords.index_select(0, flat).view(k, 2 * r)
         ahead = dirt.gather(1, self._next_cell.index_select(0, flat).view(k, r * NUM_ACTIONS))
-        own = torch.addmm(self._layout_bias, torch.cat([energy, xy, ahead], 1), self._layout).view(k, r, -1)
-        shared = torch.cat([dirt, (1.0 - t.float() / cfg.max_steps).unsqueeze(-1)], 1)
-        return torch.cat([own, shared.unsqueeze(1).expand(k, r, c + 1)], -1)
+        steps_left = (1.0 - t.float() / cfg.max_steps).unsqueeze(-1)
+        inputs = torch.cat([energy, xy, ahead, dirt, steps_left, self._ones_column[:k]], 1)
+        return inputs.mm(self._layout).view(k, r, cfg.num_features)
 
-    def _observation(self, observation: Tensor) -> TensorDict:
-        """The observation TensorDict of the current state, around ``observation`` ``[B, R, F]``."""
-        b = self.batch_size[0]
-        active = (self.energy > 0).long()
-        mask = self._mask_table.index_select(0, (self.position * 2 + active).view(-1)).view(b, -1, NUM_ACTIONS)
-        return TensorDict(
-            observation=observation,
-            agent_id=self._agent_id.clone(),
-            action_mask=mask,
-            report=TensorDict(cleaned_fraction=1.0 - self.dirt.mean(-1, keepdim=True),
-                              collisions=self.collisions.unsqueeze(-1).clone(),
-                              energy_left=(self.energy / self._max_energy).mean(-1, keepdim=True),
-                              batch_size=[b]),
-            batch_size=[b],
+    def _observation(self, observation: Tensor, **step: Tensor) -> TensorDict:
+        """The observation TensorDict of the current state, around ``observation`` ``[B, R, F]``, plus the
+        ``step`` entries (reward and done flags)."""
+        b, c = self.batch_size[0], self.config.num_cells
+        key = (self.position * 2).add_(self.energy > 0)  # cell * 2 + is_active
+        mask = self._mask_table.index_select(0, key.view(-1)).view(b, -1, NUM_ACTIONS)
+        energy_left = self.energy / self._max_energy_rows
+        report = {
+            "cleaned_fraction": (1.0 - self._dirty / c).unsqueeze(-1),  # = 1 - dirt.mean(-1), bit for bit
+            "collisions": self.collisions.unsqueeze(-1).clone(),
+            "energy_left": energy_left.mean(-1, keepdim=True),
+            "steps": self.t.unsqueeze(-1).float(),
+            "robot_energy_left": energy_left,
+        }
+        # _new_unsafe skips the checks of TensorDict(...): every entry is built here with batch size [B]
+        return TensorDict._new_unsafe(
+            {"observation": observation, "agent_id": self._agent_id.clone(), "action_mask": mask,
+             "report": report, **step},
+            batch_size=self.batch_size, device=self.device,
         )
 
 

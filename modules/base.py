@@ -30,18 +30,21 @@ class RLModule(L.LightningModule):
     reduces them over ranks (mean) and writes them to every logger with the x-axis = collected frames
     (``frames`` = env steps summed over envs and ranks). Namespaces: ``rollout/`` (finished
     episodes: ``episode_return`` and every key the env reports under ``report``), ``train/``
-    (losses and diagnostics), ``time/`` (``frames_per_s``, ``frames``, ``optim_steps``).
+    (losses and diagnostics), ``time/`` (``frames_per_s``, ``episodes_per_min``, ``frames``,
+    ``optim_steps``).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.automatic_optimization = False
         self.collected_frames = 0  # frames of all ranks (ranks collect in lockstep, equal batches)
+        self.finished_episodes = 0  # episodes this rank's envs finished in this process (a statistic, not checkpointed)
         self.latest_metrics: dict[str, float] = {}
         self._sums: dict[str, float] = defaultdict(float)
         self._counts: dict[str, int] = defaultdict(int)
         self._pending_rng: list | None = None
         self._clock: tuple[float, int] | None = None
+        self._episodes = 0  # this rank's finished episodes since the last flush
 
     # ------------------------------------------------------------------ policy
     @property
@@ -62,18 +65,30 @@ class RLModule(L.LightningModule):
     def on_collected(self, batch: TensorDict) -> TensorDict:
         """Count frames and finished episodes of a collected batch ``[B, T]``; returns the batch.
 
-        Returns are read from ``("next", "episode_reward")`` where ``("next", "done")``; every entry of
-        ``("next", "report")`` at done is averaged under ``rollout/<name>``.
+        Returns are read from ``("next", "episode_reward")`` where ``("next", "done")``; a multi-agent
+        env's (``[B, T, R, 1]``) is summed over the agents (the team's return) and also logged per agent
+        as ``rollout/agent<i>/episode_return``. Every entry of ``("next", "report")`` at done is averaged
+        under ``rollout/<name>``; a per-agent entry (``[B, T, R]``) also per agent as ``rollout/agent<i>/<name>``.
         """
         self.flush_metrics()
         self.collected_frames += batch.numel() * self._world_size()
         done = batch["next", "done"].squeeze(-1)
         episodes = int(done.sum())
+        self._episodes += episodes
+        self.finished_episodes += episodes
         if episodes:
-            self.record("rollout/episode_return", batch["next", "episode_reward"][done].float().mean(), episodes)
+            returns = batch["next", "episode_reward"][done].float().reshape(episodes, -1)  # [N, R]
+            self.record("rollout/episode_return", returns.sum(-1).mean(), episodes)
+            if returns.shape[1] > 1:
+                for i, value in enumerate(returns.mean(0).tolist()):
+                    self.record(f"rollout/agent{i}/episode_return", value, episodes)
             if ("next", "report") in batch.keys(True):
                 for key, value in batch["next", "report"].items():
-                    self.record(f"rollout/{key}", value[done].float().mean(), episodes)
+                    value = value[done].float().reshape(episodes, -1)  # [N, 1], or [N, R] per agent
+                    self.record(f"rollout/{key}", value.mean(), episodes)
+                    if value.shape[1] > 1:
+                        for i, v in enumerate(value.mean(0).tolist()):
+                            self.record(f"rollout/agent{i}/{key}", v, episodes)
         self.record("rollout/episodes", float(episodes))
         return batch
 
@@ -96,8 +111,10 @@ class RLModule(L.LightningModule):
             return
         now, frames = time.perf_counter(), self.collected_frames
         if self._clock is not None and frames > self._clock[1]:
-            self.record("time/frames_per_s", (frames - self._clock[1]) / max(now - self._clock[0], 1e-9))
-        self._clock = (now, frames)
+            elapsed = max(now - self._clock[0], 1e-9)
+            self.record("time/frames_per_s", (frames - self._clock[1]) / elapsed)
+            self.record("time/episodes_per_min", self._episodes * self._world_size() * 60.0 / elapsed)
+        self._clock, self._episodes = (now, frames), 0
         names = sorted(self._sums)
         if names:
             values = torch.tensor([self._sums[n] / max(self._counts[n], 1) for n in names], dtype=torch.float64)

@@ -11,6 +11,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictSequential
 from torch import Tensor, nn
+from torch.nn.modules.lazy import LazyModuleMixin
 from torchrl.envs import MultiStepTransform
 from torchrl.modules import EGreedyModule, QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate, SoftUpdate, ValueEstimators
@@ -44,6 +45,62 @@ class QNetwork(nn.Module):
         return self.value(z) + a - a.mean(-1, keepdim=True) if self.dueling else a
 
 
+class MultiAgentQNetwork(nn.Module):
+    """Q-network of R agents: (``observation`` ``[*B, F]``, ``agent_id`` one-hot ``[*B, R]``) -> action
+    values ``[*B, A]`` of the agent each row belongs to.
+
+    * ``parameter_sharing``: one :class:`QNetwork` on ``[observation, agent_id]`` (the id lets it
+      specialise by agent).
+    * otherwise: one :class:`QNetwork` per agent on ``observation``; row k is evaluated by the network
+      of its agent. :meth:`training_batch` repeats a sampled batch once per agent with that agent's id,
+      so every agent's network trains on every sampled transition (the observations are written so
+      that one agent's experience is valid for another, e.g. ``envs.vacuum``).
+
+    Args:
+        num_agents: R. num_actions: A. hidden_dims, dueling: as :class:`QNetwork`.
+        parameter_sharing: one shared network (true) or one per agent (false).
+        agent_id_key: the batch key of the one-hot agent id (used by :meth:`training_batch`).
+    """
+
+    def __init__(self, num_agents: int, num_actions: int, hidden_dims: tuple[int, ...] = (128, 128),
+                 dueling: bool = False, parameter_sharing: bool = True, agent_id_key: str = "agent_id") -> None:
+        super().__init__()
+        if num_agents < 1:
+            raise ValueError(f"MultiAgentQNetwork.num_agents must be >= 1, got {num_agents}")
+        self.num_agents = num_agents
+        self.parameter_sharing = parameter_sharing
+        self.agent_id_key = agent_id_key
+        count = 1 if parameter_sharing else num_agents
+        self.heads = nn.ModuleList(QNetwork(num_actions, hidden_dims, dueling) for _ in range(count))
+
+    def forward(self, observation: Tensor, agent_id: Tensor) -> Tensor:
+        if self.parameter_sharing:
+            return self.heads[0](torch.cat([observation, agent_id.to(observation.dtype)], -1))
+        if any(isinstance(m, LazyModuleMixin) and m.has_uninitialized_params() for m in self.modules()):
+            for head in self.heads:  # shape every head's lazy layers, whatever agents this batch holds
+                head(observation)
+        agent = agent_id.argmax(-1)
+        flat_obs, flat_agent = observation.reshape(-1, observation.shape[-1]), agent.reshape(-1)
+        values = [head(flat_obs[flat_agent == i]) for i, head in enumerate(self.heads)]
+        out = values[0].new_empty(flat_agent.shape[0], values[0].shape[-1])
+        for i, v in enumerate(values):
+            out[flat_agent == i] = v
+        return out.reshape(*agent.shape, -1)
+
+    def training_batch(self, batch: TensorDict) -> TensorDict:
+        """What the loss trains on for a sampled batch ``[N]``: the batch itself with parameter sharing;
+        otherwise ``[R * N]``, the batch once per agent with ``agent_id`` (and the next one) set to it."""
+        if self.parameter_sharing:
+            return batch
+        n, r = batch.shape[0], self.num_agents
+        out = batch.unsqueeze(0).expand(r, n).clone()
+        ids = torch.eye(r, device=batch.device).unsqueeze(1).expand(r, n, r)
+        out.set(self.agent_id_key, ids.clone())
+        if ("next", self.agent_id_key) in out.keys(True):
+            out.set(("next", self.agent_id_key), ids.clone())
+        return out.reshape(r * n)
+
+
 class DQNModule(RLModule):
     """DQN on sampled replay batches (``pipelines.data.OffPolicyDataModule``).
 
@@ -51,6 +108,11 @@ class DQNModule(RLModule):
     each env drawing its own exploration); ``set_epsilon`` (``callbacks.EpsilonDecay``) sets its
     epsilon, which is a buffer, saved in the checkpoint. ``training_step`` takes one optimiser step on
     one sampled batch and then the target update.
+
+    Multi-agent envs (``env.num_agents``): the policy acts for every agent of every env in one forward
+    pass (action ``[B, R]``); the loss sees single-agent transitions (the replay buffer holds one row
+    per (env, agent)), first passed through ``network.training_batch(batch)`` when the network has it
+    (e.g. :class:`MultiAgentQNetwork` without parameter sharing).
 
     Args:
         network: Q-network (``observation`` -> action values ``[*B, A]``), e.g. :class:`QNetwork`.
@@ -61,7 +123,8 @@ class DQNModule(RLModule):
             (Polyak averaging with ``tau`` every step).
         max_grad_norm: global gradient-norm clip.
         epsilon: initial exploration rate.
-        observation_key: the observation the network reads. action_mask_key: boolean mask key or null.
+        in_keys: the entries the network reads, in the order of its ``forward`` arguments.
+        action_mask_key: boolean mask key or null.
         loss_function: ``l2`` or ``smooth_l1`` (Huber).
 
     Raises:
@@ -71,7 +134,7 @@ class DQNModule(RLModule):
     def __init__(self, network: nn.Module, lr: float = 1e-3, gamma: float = 0.99, n_step: int = 1,
                  double_dqn: bool = True, target_update: Literal["hard", "soft"] = "soft", tau: float = 0.005,
                  target_update_interval: int = 500, max_grad_norm: float = 10.0, epsilon: float = 1.0,
-                 observation_key: str = "observation", action_mask_key: str | None = None,
+                 in_keys: tuple[str, ...] = ("observation",), action_mask_key: str | None = None,
                  loss_function: Literal["l2", "smooth_l1"] = "smooth_l1") -> None:
         super().__init__()
         if lr <= 0 or not 0 <= gamma <= 1 or n_step < 1 or not 0 < tau <= 1 or target_update_interval < 1:
@@ -79,25 +142,34 @@ class DQNModule(RLModule):
                              f">= 1 required (got {lr}, {gamma}, {n_step}, {tau}, {target_update_interval})")
         if target_update not in ("hard", "soft"):
             raise ValueError(f"model.target_update={target_update!r} is not allowed: one of hard, soft")
+        if not in_keys:
+            raise ValueError("model.in_keys must name at least one entry (e.g. [observation])")
         if not 0 <= epsilon <= 1:
             raise ValueError(f"model.epsilon={epsilon} is not allowed: must be in [0, 1]")
         self.save_hyperparameters(ignore=["network"])
         self.network = network
         self._actor: QValueActor | None = None
 
-    def build(self, action_spec, observation: TensorDict) -> None:
-        """Build actor, exploration, loss and target updater for the env's per-sample ``action_spec``,
-        after shaping the network's lazy layers on an example ``observation``."""
+    def build(self, action_spec, observation: TensorDict, agent_action_spec=None) -> None:
+        """Build actor, exploration, loss and target updater, after shaping the network's lazy layers on
+        an example ``observation``.
+
+        Args:
+            action_spec: the env's per-sample action spec (with the agent dim of a multi-agent env).
+            observation: an example observation TensorDict.
+            agent_action_spec: one agent's action spec (multi-agent envs); ``action_spec`` when None.
+        """
         h = self.hparams
+        agent_action_spec = action_spec if agent_action_spec is None else agent_action_spec
         with torch.no_grad():
-            self.network(observation[h.observation_key])
-        self._actor = QValueActor(self.network, in_keys=[h.observation_key], spec=action_spec,
+            self.network(*(observation[k] for k in h.in_keys))
+        self._actor = QValueActor(self.network, in_keys=list(h.in_keys), spec=agent_action_spec,
                                   action_mask_key=h.action_mask_key)
         self.egreedy = EGreedyModule(action_spec, eps_init=h.epsilon, eps_end=h.epsilon,
                                      action_mask_key=h.action_mask_key)
         self._policy = TensorDictSequential(self._actor, self.egreedy)
-        self.loss = DQNLoss(self._actor, action_space=action_spec, double_dqn=h.double_dqn, delay_value=True,
-                            loss_function=h.loss_function)
+        self.loss = DQNLoss(self._actor, action_space=agent_action_spec, double_dqn=h.double_dqn,
+                            delay_value=True, loss_function=h.loss_function)
         self.loss.make_value_estimator(ValueEstimators.TD0, gamma=h.gamma)
         self.target = (HardUpdate(self.loss, value_network_update_interval=h.target_update_interval)
                        if h.target_update == "hard" else SoftUpdate(self.loss, tau=h.tau))
@@ -107,10 +179,19 @@ class DQNModule(RLModule):
         return self._policy
 
     def prepare(self, datamodule) -> None:
-        """Build on the data module's env: its action spec and an example observation (lazy layers)."""
+        """Build on the data module's env: its action spec and an example observation (lazy layers).
+
+        Raises:
+            ValueError: a multi-agent network built for another number of agents than the env's.
+        """
         if self._actor is None:
+            expected, agents = getattr(self.network, "num_agents", None), datamodule.num_agents
+            if expected is not None and expected != agents:
+                raise ValueError(f"model.network.num_agents={expected} does not match the env: env.num_agents={agents} "
+                                 f"(e.g. the vacuum env's num_robots)")
             datamodule.setup("fit")
-            self.build(datamodule.env.action_spec_unbatched, datamodule.example_observation())
+            self.build(datamodule.env.action_spec_unbatched, datamodule.example_observation(),
+                       datamodule.agent_action_spec())
 
     def replay_transform(self) -> MultiStepTransform | None:
         """The buffer transform of n-step returns (``n_step > 1``), with this module's gamma."""
@@ -127,8 +208,13 @@ class DQNModule(RLModule):
     # ------------------------------------------------------------------ update
     def training_step(self, batch: TensorDict, batch_idx: int) -> Tensor:
         optimizer = self.optimizers()
-        out = self.loss(batch)
+        train = self.network.training_batch(batch) if hasattr(self.network, "training_batch") else batch
+        out = self.loss(train)
         loss = out["loss"]
+        # each sampled item's priority for prioritised replay: |TD error| (DQNLoss writes its square), the
+        # mean over the copies training_batch made of it
+        td_error = train["td_error"].detach().sqrt().reshape(-1, *batch.shape, 1).mean(0)
+        batch.set("td_error", td_error)
         optimizer.zero_grad()
         self.manual_backward(loss)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.loss.parameters(), self.hparams.max_grad_norm)
@@ -141,4 +227,5 @@ class DQNModule(RLModule):
         return loss.detach()
 
     def configure_optimizers(self):
-        return torch.optim.Adam(self.loss.parameters(), lr=self.hparams.lr)
+        # fused: one kernel for all parameters (on CPU about 1 ms less per step for a 2 x 256 MLP)
+        return torch.optim.Adam(self.loss.parameters(), lr=self.hparams.lr, fused=True)

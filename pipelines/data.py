@@ -37,6 +37,10 @@ from torchrl.data import LazyMemmapStorage, LazyTensorStorage, TensorDictReplayB
 from torchrl.envs import EnvBase
 
 from envs import EnvConfig, make_env
+from pipelines.replay import PrioritizedSampler
+
+
+_DONE_KEYS = ("done", "terminated", "truncated")
 
 
 def _require(ok: bool, message: str) -> None:
@@ -89,6 +93,18 @@ class RLDataModule(L.LightningDataModule):
     def make_eval_env(self, num_envs: int, seed: int) -> EnvBase:
         """A separate env for evaluation (same config, its own seeds)."""
         return make_env(self.env_config, num_envs, seed, self.device)
+
+    @property
+    def num_agents(self) -> int | None:
+        """R of a multi-agent env (``env.num_agents``), else None."""
+        return self.env_config.num_agents
+
+    def agent_action_spec(self):
+        """The action spec of one agent in one env: ``action_spec_unbatched``, without its leading agent
+        dim for a multi-agent env."""
+        self.setup("fit")
+        spec = self.env.action_spec_unbatched
+        return spec[0] if self.num_agents is not None else spec
 
     def example_observation(self) -> TensorDict:
         """A zero observation ``[num_envs]`` of the env (every action allowed), to shape lazy layers."""
@@ -262,14 +278,22 @@ class OffPolicyDataModule(RLDataModule):
     for n-step returns) sees whole trajectories per env row. The buffer is part of the checkpoint.
     "Train every k env steps" is ``frames_per_batch = k * num_envs`` with ``utd_ratio = 1``.
 
+    Multi-agent envs (``env.num_agents = R``) share one buffer: a collected ``[B, T]`` batch is stored
+    as ``B * R`` rows of one agent's transitions each (:func:`split_agents`), so n-step returns are
+    computed per (env, agent) and a sampled transition is one agent's, with its ``agent_id``.
+
     Args:
-        buffer_size: capacity in transitions (per rank).
+        buffer_size: capacity in transitions (per rank; one agent's transition counts one).
         batch_size: transitions per sampled batch.
         utd_ratio: sampled batches (optimiser steps) per collected batch.
         init_random_frames: random-action warm-up, in frames over all ranks.
         storage: ``tensor`` (``LazyTensorStorage``, in memory) or ``memmap`` (``LazyMemmapStorage``, on disk
             under ``scratch_dir``/rank<k>, for large buffers).
         scratch_dir: folder of the memmap storage (a temporary folder when null).
+        prioritized: proportional prioritised replay (:class:`pipelines.replay.PrioritizedSampler`): after
+            each training step the sampled items get the priority the module wrote under ``td_error``
+            (the |TD error|); the loss weights items by ``priority_weight``.
+        priority_alpha, priority_beta: the priority and importance-weight exponents (Schaul et al. 2016).
         (the rest as :class:`RLDataModule`)
 
     Raises:
@@ -279,7 +303,8 @@ class OffPolicyDataModule(RLDataModule):
     def __init__(self, env: EnvConfig, num_envs: PositiveInt = 8, frames_per_batch: PositiveInt = 32,
                  total_frames: PositiveInt = 100_000, buffer_size: PositiveInt = 100_000, batch_size: PositiveInt = 128,
                  utd_ratio: PositiveInt = 1, init_random_frames: int = 1000,
-                 storage: Literal["tensor", "memmap"] = "tensor", scratch_dir: str | None = None, seed: int = 0,
+                 storage: Literal["tensor", "memmap"] = "tensor", scratch_dir: str | None = None,
+                 prioritized: bool = False, priority_alpha: float = 0.6, priority_beta: float = 0.4, seed: int = 0,
                  device: str = "cpu") -> None:
         super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device)
         _require(buffer_size >= num_envs, f"data.buffer_size={buffer_size} must be >= data.num_envs={num_envs}")
@@ -287,17 +312,24 @@ class OffPolicyDataModule(RLDataModule):
         _require(utd_ratio >= 1, f"data.utd_ratio must be >= 1, got {utd_ratio}")
         _require(init_random_frames >= 0, f"data.init_random_frames must be >= 0, got {init_random_frames}")
         _require(storage in ("tensor", "memmap"), f"data.storage={storage!r} is not allowed: one of tensor, memmap")
+        _require(priority_alpha >= 0 and 0 <= priority_beta <= 1, f"data.priority_alpha >= 0 and data.priority_beta "
+                                                                  f"in [0, 1] required, got {priority_alpha}, {priority_beta}")
         self.buffer_size = int(buffer_size)  # plain ints: the buffer's state (checkpoint) keeps them
         self.batch_size = int(batch_size)
         self.utd_ratio = int(utd_ratio)
         self.init_random_frames = init_random_frames
         self.storage = storage
         self.scratch_dir = scratch_dir
+        self.prioritized = prioritized
+        self.priority_alpha, self.priority_beta = float(priority_alpha), float(priority_beta)
         self.buffer: TensorDictReplayBuffer | None = None
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
         if self.buffer is None:
+            rows = self.num_envs * (self.num_agents or 1)
+            _require(self.buffer_size >= rows, f"data.buffer_size={self.buffer_size} must be >= data.num_envs * "
+                                               f"env.num_agents = {rows} (one row per env and agent)")
             if self.storage == "memmap":
                 folder = os.path.join(self.scratch_dir or tempfile.mkdtemp(prefix="replay_"), f"rank{self.rank}")
                 store = LazyMemmapStorage(self.buffer_size, scratch_dir=folder, ndim=2)
@@ -309,7 +341,10 @@ class OffPolicyDataModule(RLDataModule):
             n_step = getattr(transform, "n_steps", 1)
             _require(steps > n_step, f"data.frames_per_batch / data.num_envs = {steps} steps per env must exceed "
                                      f"model.n_step={n_step} (the buffer's n-step transform holds n steps back)")
-            self.buffer = TensorDictReplayBuffer(storage=store, batch_size=self.batch_size, transform=transform)
+            sampler = (PrioritizedSampler(self.buffer_size, rows=rows, alpha=self.priority_alpha, beta=self.priority_beta)
+                       if self.prioritized else None)
+            self.buffer = TensorDictReplayBuffer(storage=store, sampler=sampler, batch_size=self.batch_size,
+                                                 transform=transform)
 
     def _collector_options(self) -> dict:
         world = self.trainer.world_size
@@ -329,11 +364,16 @@ class OffPolicyDataModule(RLDataModule):
     def training_batches(self) -> Iterator[TensorDict]:
         module = self.trainer.lightning_module
         for batch in self.batches():
-            self.buffer.extend(batch)
+            self.buffer.extend(batch if self.num_agents is None else split_agents(batch, self.num_agents))
             if module.collected_frames <= self.init_random_frames:
                 continue
             for _ in range(self.utd_ratio):
-                yield self.buffer.sample()
+                sample = self.buffer.sample()
+                yield sample  # the generator resumes after the training step on it (no fetch-ahead)
+                if self.prioritized:
+                    _require("td_error" in sample.keys(), "data.prioritized=true needs a module that writes each "
+                                                          "sampled item's |TD error| under td_error (e.g. DQNModule)")
+                    self.buffer.update_priority(sample["index"], sample["td_error"])
 
     def state_dict(self) -> dict:
         """The base state (env stream) plus the replay buffer's contents."""
@@ -346,3 +386,34 @@ class OffPolicyDataModule(RLDataModule):
         super().load_state_dict(state_dict)
         if "replay_buffer" in state_dict:
             self.buffer.load_state_dict(state_dict["replay_buffer"])
+
+
+def split_agents(batch: TensorDict, num_agents: int) -> TensorDict:
+    """One row per (env, agent): a collected multi-agent batch ``[B, T]`` -> ``[B * R, T]``.
+
+    The done flags (``done``, ``terminated``, ``truncated``) and the ``report`` and ``collector`` entries
+    are the env's: they are repeated for every agent. Every other entry has the agent dim
+    (``[B, T, R, ...]``: observation, action, reward, action values, ...) and is split along it. Row
+    ``b * R + i`` is agent i of env b, so an n-step return over a row is agent i's own, cut at its env's
+    episode ends.
+
+    Raises:
+        ValueError: ``batch`` is not ``[B, T]``, or a per-agent entry has no agent dim of size R.
+    """
+    if batch.ndim != 2:
+        raise ValueError(f"split_agents expects a collected [B, T] batch, got batch_size={list(batch.shape)}")
+    b, t = batch.shape
+    out = TensorDict(batch_size=[b * num_agents, t], device=batch.device)
+    for key in batch.keys(True, True):
+        key = key if isinstance(key, tuple) else (key,)
+        value = batch.get(key)
+        inner = key[1:] if key[0] == "next" else key
+        if inner[-1] in _DONE_KEYS or inner[0] in ("report", "collector"):  # [B, T, ...] -> [B, R, T, ...]
+            value = value.unsqueeze(1).expand(b, num_agents, *value.shape[1:])
+        elif value.ndim > 2 and value.shape[2] == num_agents:  # [B, T, R, ...] -> [B, R, T, ...]
+            value = value.transpose(1, 2)
+        else:
+            raise ValueError(f"multi-agent batch entry {key} has shape {list(value.shape)}: expected the agent dim "
+                             f"[B, T, R={num_agents}, ...] (only done flags, report and collector entries are shared)")
+        out.set(key, value.reshape(b * num_agents, t, *value.shape[3:]))
+    return out

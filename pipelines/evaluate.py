@@ -98,8 +98,9 @@ def play(config: DVRPConfig, make_policy, episodes: int, num_envs: int, seed: in
 
 def play_any(config: EnvConfig, policy, episodes: int, num_envs: int, seed: int) -> dict[str, torch.Tensor]:
     """Play the first ``ceil(episodes / num_envs)`` episodes of every row of ``config``'s env (seeds
-    ``seed, seed + 1, ...``) with ``policy`` (deterministic); returns per-episode ``return`` and every
-    ``report`` entry of the env at the episode's end, ``[episodes]`` each (rows in order)."""
+    ``seed, seed + 1, ...``) with ``policy`` (deterministic); returns per-episode ``return`` (a
+    multi-agent env's: summed over agents, and per agent as ``agent<i>_return``) and every ``report``
+    entry of the env at the episode's end, ``[episodes]`` each (rows in order)."""
     env = make_env(config, num_envs, seed)
     per_row = -(-episodes // num_envs)
     counts = torch.zeros(num_envs, dtype=torch.long)
@@ -111,7 +112,11 @@ def play_any(config: EnvConfig, policy, episodes: int, num_envs: int, seed: int)
             nxt = step["next"]
             keep = nxt["done"].reshape(num_envs) & (counts < per_row)
             if bool(keep.any()):
-                out.setdefault("return", []).append(nxt["episode_reward"].reshape(num_envs, -1)[keep, 0])
+                returns = nxt["episode_reward"].reshape(num_envs, -1)[keep]  # [k, R]: one column per agent
+                out.setdefault("return", []).append(returns.sum(-1))
+                if returns.shape[1] > 1:
+                    for i in range(returns.shape[1]):
+                        out.setdefault(f"agent{i}_return", []).append(returns[:, i])
                 if "report" in nxt.keys():
                     for key, value in nxt["report"].items():
                         out.setdefault(key, []).append(value.reshape(num_envs, -1)[keep].float().mean(-1))

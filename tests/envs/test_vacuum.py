@@ -64,8 +64,21 @@ def test_rollout_shapes_and_mask():
     assert out["next", "reward"].shape == (6, 40, 4, 1)
     for key in ("done", "terminated", "truncated"):
         assert out["next", key].shape == (6, 40, 1)
-    for key in ("cleaned_fraction", "collisions", "energy_left"):
+    for key in ("cleaned_fraction", "collisions", "energy_left", "steps"):
         assert out["next", "report", key].shape == (6, 40, 1)
+    robot_energy = out["next", "report", "robot_energy_left"]
+    assert robot_energy.shape == (6, 40, 4)
+    assert torch.allclose(robot_energy.mean(-1, keepdim=True), out["next", "report", "energy_left"])
+    # steps counts the episode's steps: 1, 2, ... restarting after every done
+    done = out["next", "done"][..., 0]
+    steps = out["next", "report", "steps"][..., 0]
+    for row in range(6):
+        expected = 0
+        for t in range(40):
+            expected += 1
+            assert steps[row, t] == expected
+            if done[row, t]:
+                expected = 0
     assert out["next", "episode_reward"].shape == (6, 40, 4, 1)
     # every cleaned cell paid r_clean once: rewards of an episode sum to 25 x cleaned fraction
     first_done = out["next", "done"][0, :, 0].nonzero()
@@ -379,6 +392,48 @@ def test_same_state_same_row_whatever_the_robot_index():
     a = env.force_state(torch.tensor([[[0, 0], [2, 2]]]), torch.tensor([[7.0, 3.0]]), dirt)["observation"][0]
     b = env.force_state(torch.tensor([[[2, 2], [0, 0]]]), torch.tensor([[3.0, 7.0]]), dirt)["observation"][0]
     assert torch.equal(a[0], b[1]) and torch.equal(a[1], b[0])
+
+
+def reference_observation(cfg: VacuumConfig, position, energy, dirt, t: int) -> torch.Tensor:
+    """Robot rows built one value at a time from the class docstring's layout (``position`` [R] cells,
+    ``energy`` [R], ``dirt`` [n^2] 0/1): ``[R, F]``, float64."""
+    n, r, e, s = cfg.grid_size, cfg.num_robots, max(cfg.energy), max(cfg.grid_size - 1, 1)
+    rc = [(int(c) // n, int(c) % n) for c in position]
+    rows = []
+    for i in range(r):
+        others = [j for j in range(r) if j != i]
+        row = [energy[i] / e] + [energy[j] / e for j in others] + [cfg.energy[i] / e]
+        for j in others:
+            row += [(rc[j][0] - rc[i][0]) / s, (rc[j][1] - rc[i][1]) / s]
+        for dr, dc in ACTION_DELTAS:
+            nr, nc = rc[i][0] + dr, rc[i][1] + dc
+            row.append(dirt[nr * n + nc] if 0 <= nr < n and 0 <= nc < n else dirt[rc[i][0] * n + rc[i][1]])
+        row += [rc[i][0] / s, rc[i][1] / s]
+        for cr, cc in cfg.chargers:
+            row += [(cr - rc[i][0]) / s, (cc - rc[i][1]) / s]
+        row += list(dirt) + [1 - t / cfg.max_steps]
+        rows.append(row)
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"grid_size": 4, "num_robots": 3, "energy": [30, 5, 7], "chargers": [(0, 0), (3, 3)]},
+                                    {"grid_size": 3, "num_robots": 2, "energy": [4, 4], "chargers": [], "max_steps": 7}])
+def test_observation_matches_the_documented_layout(kwargs):
+    """The observation (built by one matrix product) against a value-by-value construction, on random states."""
+    cfg = VacuumConfig(**kwargs)
+    n, r, b = cfg.grid_size, cfg.num_robots, 16
+    env = cfg.make(num_envs=b, seed=0)
+    gen = torch.Generator().manual_seed(1)
+    cells = torch.rand(b, n * n, generator=gen).argsort(-1)[:, :r]
+    energy = torch.randint(0, 40, (b, r), generator=gen).float() / 3
+    dirt = torch.rand(b, n, n, generator=gen) < 0.5
+    t = torch.randint(0, cfg.max_steps, (b,), generator=gen)
+    obs = env.force_state(torch.stack([cells // n, cells % n], -1), energy, dirt, t)["observation"]
+    assert obs.shape == (b, r, cfg.num_features) and obs.dtype == torch.float32
+    for row in range(b):
+        ref = reference_observation(cfg, cells[row].tolist(), energy[row].tolist(),
+                                    dirt[row].flatten().float().tolist(), int(t[row]))
+        torch.testing.assert_close(obs[row].double(), ref, rtol=0, atol=1e-6)
 
 
 def test_action_deltas_match_the_names():

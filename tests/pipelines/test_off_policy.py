@@ -22,6 +22,8 @@ def _run(tmp_path, *extra: str):
                  "--trainer.callbacks.every_n_train_steps=20", "--trainer.callbacks.save_top_k=-1",
                  "--data.init_args.init_random_frames=512", "--data.init_args.num_envs=4",
                  "--data.init_args.frames_per_batch=64", "--data.init_args.batch_size=32",
+                 "--data.init_args.utd_ratio=2", "--model.init_args.n_step=3",
+                 "--model.init_args.network.init_args.hidden_dims=[64, 64]",
                  f"--trainer.logger.init_args.save_dir={tmp_path}", *extra])
 
 
@@ -55,7 +57,8 @@ def test_evaluate_works_for_a_gym_config(tmp_path, capsys):
     _run(tmp_path, "--data.init_args.total_frames=1280")
     ckpt = tmp_path / "cartpole_dqn" / "version_0" / "checkpoints" / "epoch=0-step=20.ckpt"
     capsys.readouterr()
-    table = evaluate(["--config", CARTPOLE, "--ckpt_path", str(ckpt), "--episodes", "6", "--num_envs", "4"])
+    table = evaluate(["--config", CARTPOLE, "--ckpt_path", str(ckpt), "--episodes", "6", "--num_envs", "4",
+                      "--model.init_args.network.init_args.hidden_dims=[64, 64]"])
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last == table and set(table) == {"dqn"}
     assert set(table["dqn"]) == {"mean_return", "return_se"}
@@ -65,3 +68,42 @@ def test_evaluate_works_for_a_gym_config(tmp_path, capsys):
 def test_too_few_steps_for_n_step_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="must exceed model.n_step=3"):
         _run(tmp_path, "--data.init_args.frames_per_batch=12", "--data.init_args.total_frames=120")
+
+
+def test_prioritized_sampler_draws_and_weights_by_priority():
+    """P(i) = p_i^a / sum p^a and w_i = (N P(i))^-b / max w (Schaul et al. 2016) on a 2-D [T, rows] storage."""
+    from tensordict import TensorDict
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+
+    from pipelines.replay import PrioritizedSampler
+
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(40, ndim=2), batch_size=4000,
+                                    sampler=PrioritizedSampler(40, rows=2, alpha=0.5, beta=1.0))
+    buffer.extend(TensorDict(x=torch.arange(10.0).reshape(2, 5), batch_size=[2, 5]))  # x = 5 * row + t
+    first = buffer.sample()
+    assert torch.equal(first["priority_weight"], torch.ones(4000))  # new items: equal (max) priority
+    buffer.update_priority(torch.tensor([[0, 1], [3, 0]]), torch.tensor([8.0, 3.0]))  # items x = 5 and x = 3
+    torch.manual_seed(0)
+    drawn = buffer.sample()
+    p = torch.ones(10)
+    p[5], p[3] = 8.0**0.5, 3.0**0.5
+    share = (drawn["x"].long() == 5).float().mean()
+    assert share == pytest.approx((p[5] / p.sum()).item(), abs=0.03)
+    w = (10 * p / p.sum()) ** -1.0
+    expected = (w / w.max())[drawn["x"].long()]
+    assert torch.allclose(drawn["priority_weight"], expected, rtol=1e-5)
+    with pytest.raises(ValueError, match="alpha"):
+        PrioritizedSampler(10, alpha=-1.0)
+
+
+def test_prioritized_replay_updates_priorities_and_resumes(tmp_path):
+    full = _run(tmp_path / "a", "--data.init_args.total_frames=1280", "--data.init_args.prioritized=true")
+    sampler = full.datamodule.buffer.sampler
+    filled = sampler._priority[: len(full.datamodule.buffer)]
+    assert (filled > 0).all() and filled.unique().numel() > 100  # TD errors, not the uniform start
+    ckpt = tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints" / "epoch=0-step=20.ckpt"
+    state = torch.load(ckpt, weights_only=False)
+    resumed = _run(tmp_path / "b", f"--data.init_args.total_frames={state['rl_state']['collected_frames']}",
+                   "--data.init_args.prioritized=true", f"--ckpt_path={ckpt}")
+    saved = state["OffPolicyDataModule"]["replay_buffer"]["_sampler"]["priority"]
+    assert torch.equal(resumed.datamodule.buffer.sampler._priority, saved)
