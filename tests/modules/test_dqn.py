@@ -79,3 +79,19 @@ def test_epsilon_schedules():
     assert exponential.value(0, int(math.log(0.05) / math.log(0.998)) - 5) > 0.05
     with pytest.raises(ValueError, match="schedule"):
         EpsilonDecay("cosine")
+
+
+def test_hard_target_update_copies_after_every_interval_th_step():
+    """target_update_interval = 3: the target equals the online network right after steps 3, 6, 9 only."""
+    module = DQNModule(QNetwork(2, hidden_dims=()), target_update="hard", target_update_interval=3)
+    module.build(Categorical(2), TensorDict(observation=torch.zeros(1, 3), batch_size=[1]))
+    copied = []
+    for step in range(1, 10):
+        with torch.no_grad():
+            module.network.advantage.bias.add_(1.0)  # an "optimiser step"
+        module.target.step()
+        online = module.loss.value_network_params.flatten_keys()
+        target = module.loss.target_value_network_params.flatten_keys()
+        if all(torch.equal(online[k], target[k]) for k in online.keys()):
+            copied.append(step)
+    assert copied == [3, 6, 9]

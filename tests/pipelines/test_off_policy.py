@@ -49,6 +49,8 @@ def test_warmup_updates_epsilon_and_buffer_resume(tmp_path):
     assert torch.equal(stored["observation"], saved["_storage"]["_storage"]["observation"][: len(buffer) // 4])
     assert resumed.model.epsilon() == pytest.approx(1.0 - 0.95 * frames / 2000)
     assert resumed.model.epsilon() == pytest.approx(float(state["state_dict"]["egreedy.eps"]))
+    # the hard target copy keeps its schedule: 20 updates done, the next copy after update 128
+    assert state["rl_state"]["target_counter"] == 20 == resumed.model.target.counter
 
 
 
