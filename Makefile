@@ -10,7 +10,7 @@ TORCH_PIP_ARGS ?=
 CONFIG ?= configs/dvrp.yaml
 ARGS ?=
 
-.PHONY: install fit test test-slow tensorboard bench clean
+.PHONY: install fit test test-slow tensorboard bench bench-peer clean
 
 install: $(STAMP)
 
@@ -37,6 +37,10 @@ tensorboard: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/dvrp_throughput.py $(ARGS)
+
+bench-peer: $(STAMP)
+	$(BIN)/python -c "import stable_baselines3" 2>/dev/null || $(BIN)/python -m pip install -q -e ".[bench]"
+	$(BIN)/python benchmarks/peer_sb3.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs lightning_logs

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import math
+import os
 
 import lightning as L
 import numpy as np
@@ -13,44 +15,71 @@ log = logging.getLogger(__name__)
 
 
 class PolicyEvaluation(L.Callback):
-    """Every ``every_n_frames`` collected frames (and at the end), play one episode in each of
+    """Every ``every_n_frames`` collected frames (and at the end), play the first episode of each of
     ``num_envs`` evaluation envs (seeds ``seed, seed + 1, ...``, the same episodes every time) with
     the deterministic policy and log ``eval/episode_return`` and the env's ``report`` entries
     (``eval/<name>``). Envs that can draw their plan (``render_routes``) log row 0's as the image
     ``eval/routes``. Runs on global rank 0 only; its schedule is in the checkpoint.
+
+    With ``save_best``, an evaluation whose return beats every earlier one saves the run at that moment
+    as ``best.ckpt`` beside the other checkpoints (the ``ModelCheckpoint``'s folder, else
+    ``<log dir>/checkpoints``): value-based policies can get worse late in training, and the best
+    evaluated one is what ``pipelines.evaluate --ckpt_path .../best.ckpt`` should then play.
 
     Args:
         every_n_frames: interval in collected frames (all ranks).
         num_envs: evaluation episodes per evaluation.
         seed: seed of the evaluation envs (keep it away from the training seeds).
         max_steps: step limit of an evaluation episode.
+        save_best: keep the best evaluated checkpoint as ``best.ckpt``.
     """
 
     def __init__(self, every_n_frames: int = 200_000, num_envs: int = 64, seed: int = 1_000_000,
-                 max_steps: int = 10_000) -> None:
+                 max_steps: int = 10_000, save_best: bool = False) -> None:
         if every_n_frames < 1 or num_envs < 1:
             raise ValueError(f"every_n_frames and num_envs must be >= 1, got {every_n_frames}, {num_envs}")
         self.every_n_frames = every_n_frames
         self.num_envs = num_envs
         self.seed = seed
         self.max_steps = max_steps
+        self.save_best = save_best
         self.next_frames = every_n_frames
+        self.best = -math.inf
         self._env = None
 
     def state_dict(self) -> dict:
-        return {"next_frames": self.next_frames}
+        return {"next_frames": self.next_frames, "best": self.best}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.next_frames = state_dict["next_frames"]
+        self.best = float(state_dict.get("best", -math.inf))
+
+    def best_path(self, trainer: L.Trainer) -> str:
+        """Where ``best.ckpt`` goes: the ``ModelCheckpoint``'s folder, else ``<log dir>/checkpoints``."""
+        folder = getattr(trainer.checkpoint_callback, "dirpath", None)
+        if folder is None:
+            folder = os.path.join(trainer.log_dir or trainer.default_root_dir, "checkpoints")
+        return os.path.join(folder, "best.ckpt")
+
+    def _evaluate_and_keep_best(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        metrics = self.evaluate(trainer, pl_module)
+        if not self.save_best:
+            return
+        value = trainer.strategy.broadcast(metrics.get("eval/episode_return"), src=0)  # rank 0 evaluated
+        if value is not None and value > self.best:
+            self.best = value
+            trainer.save_checkpoint(self.best_path(trainer))  # a collective: every rank calls it
+            log.info("new best evaluation return %.3f at %d frames: %s", value, pl_module.collected_frames,
+                     self.best_path(trainer))
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
         if pl_module.collected_frames >= self.next_frames:
             while self.next_frames <= pl_module.collected_frames:
                 self.next_frames += self.every_n_frames
-            self.evaluate(trainer, pl_module)
+            self._evaluate_and_keep_best(trainer, pl_module)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.evaluate(trainer, pl_module)
+        self._evaluate_and_keep_best(trainer, pl_module)
 
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
         """Run the evaluation and log it (rank 0); returns the metrics."""
@@ -65,13 +94,14 @@ class PolicyEvaluation(L.Callback):
         with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
             rollout = env.rollout(self.max_steps, policy, break_when_any_done=False, break_when_all_done=True)
         pl_module.train(was_training)
-        done = rollout["next", "done"].squeeze(-1)
-        returns = rollout["next", "episode_reward"][done].float()
+        done = rollout["next", "done"].squeeze(-1)  # [num_envs, T]
+        first = done & (done.long().cumsum(-1) == 1)  # each env's first episode (a fast env starts a second)
+        returns = rollout["next", "episode_reward"][first].float()
         # a multi-agent env's return [N, R, 1] is the team's: summed over the agents
         metrics = {"eval/episode_return": returns.reshape(returns.shape[0], -1).sum(-1).mean().item()}
         if ("next", "report") in rollout.keys(True):
             for key, value in rollout["next", "report"].items():
-                metrics[f"eval/{key}"] = value[done].float().mean().item()
+                metrics[f"eval/{key}"] = value[first].float().mean().item()
         for logger in pl_module.loggers:
             logger.log_metrics(metrics, step=pl_module.collected_frames)
         base = getattr(env, "base_env", env)

@@ -224,7 +224,7 @@ class DQNModule(RLModule):
         self.target.step()
         self.record("train/loss", loss.detach())
         self.record("train/grad_norm", grad_norm)
-        self.record("train/q_mean", batch["chosen_action_value"].detach().mean())
+        self.record("train/td_error", td_error.mean())
         self.record("train/epsilon", self.epsilon())
         return loss.detach()
 

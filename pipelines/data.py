@@ -41,6 +41,9 @@ from pipelines.replay import PrioritizedSampler
 
 
 _DONE_KEYS = ("done", "terminated", "truncated")
+# collected entries no loss trains on: statistics (logged from the batch before it is stored) and the
+# collecting policy's outputs (recomputed by the loss); the replay buffer leaves them out
+_NOT_REPLAYED = ("report", "episode_reward", "collector", "action_value", "chosen_action_value")
 
 
 def _require(ok: bool, message: str) -> None:
@@ -276,7 +279,9 @@ class OffPolicyDataModule(RLDataModule):
     actions and train nothing. The buffer stores time-contiguous ``[B, T]`` slices
     (``ndim=2`` storage), so the module's ``replay_transform()`` (e.g. TorchRL's ``MultiStepTransform``
     for n-step returns) sees whole trajectories per env row. The buffer is part of the checkpoint.
-    "Train every k env steps" is ``frames_per_batch = k * num_envs`` with ``utd_ratio = 1``.
+    "Train every k env steps" is ``frames_per_batch = k * num_envs`` with ``utd_ratio = 1``. Statistics
+    and the collecting policy's outputs (``report``, ``episode_reward``, ``collector``, ``action_value``,
+    ``chosen_action_value``) are not stored.
 
     Multi-agent envs (``env.num_agents = R``) share one buffer: a collected ``[B, T]`` batch is stored
     as ``B * R`` rows of one agent's transitions each (:func:`split_agents`), so n-step returns are
@@ -364,6 +369,7 @@ class OffPolicyDataModule(RLDataModule):
     def training_batches(self) -> Iterator[TensorDict]:
         module = self.trainer.lightning_module
         for batch in self.batches():
+            batch = batch.exclude(*_NOT_REPLAYED, *(("next", k) for k in _NOT_REPLAYED))
             self.buffer.extend(batch if self.num_agents is None else split_agents(batch, self.num_agents))
             if module.collected_frames <= self.init_random_frames:
                 continue

@@ -1,6 +1,7 @@
 """Evaluate a trained policy: on DVRP configs against the scripted baselines on the same seeded
-episodes; on any other config, the policy alone (``{policy: {mean_return, return_se, mean_<report>}}``
-as the last stdout line, with every ``report`` entry the env gives at the end of an episode).
+episodes; on any other config, against the uniform random policy (``{policy: {mean_return, return_se,
+mean_<report>}, random: {...}}`` as the last stdout line, with every ``report`` entry the env gives at
+the end of an episode; ``--policies`` without ``random`` leaves that row out).
 
     python -m pipelines.evaluate --config configs/dvrp.yaml --ckpt_path CKPT [--episodes 256]
         [--instances GLOB] [--routes_out FILE] [--pyvrp_episodes K] [--seed S] [dotted overrides]
@@ -100,7 +101,8 @@ def play_any(config: EnvConfig, policy, episodes: int, num_envs: int, seed: int)
     """Play the first ``ceil(episodes / num_envs)`` episodes of every row of ``config``'s env (seeds
     ``seed, seed + 1, ...``) with ``policy`` (deterministic); returns per-episode ``return`` (a
     multi-agent env's: summed over agents, and per agent as ``agent<i>_return``) and every ``report``
-    entry of the env at the episode's end, ``[episodes]`` each (rows in order)."""
+    entry of the env at the episode's end (a per-agent entry: its mean, and per agent as
+    ``agent<i>_<key>``), ``[episodes]`` each (rows in order)."""
     env = make_env(config, num_envs, seed)
     per_row = -(-episodes // num_envs)
     counts = torch.zeros(num_envs, dtype=torch.long)
@@ -119,22 +121,51 @@ def play_any(config: EnvConfig, policy, episodes: int, num_envs: int, seed: int)
                         out.setdefault(f"agent{i}_return", []).append(returns[:, i])
                 if "report" in nxt.keys():
                     for key, value in nxt["report"].items():
-                        out.setdefault(key, []).append(value.reshape(num_envs, -1)[keep].float().mean(-1))
+                        value = value.reshape(num_envs, -1)[keep].float()  # [k, 1], or [k, R] per agent
+                        out.setdefault(key, []).append(value.mean(-1))
+                        if value.shape[1] > 1:
+                            for i in range(value.shape[1]):
+                                out.setdefault(f"agent{i}_{key}", []).append(value[:, i])
             counts += keep.long()
     env.close()
     return {k: torch.cat(v)[:episodes].double() for k, v in out.items()}
 
 
+class UniformRandomPolicy:
+    """The random baseline of any env: uniform over each agent's allowed actions (``action_mask``,
+    ``[*B, A]`` -> categorical ``action`` ``[*B]``), else a draw from the per-sample ``action_spec``."""
+
+    def __init__(self, action_spec) -> None:
+        self.action_spec = action_spec
+
+    def __call__(self, td):
+        if "action_mask" in td.keys():
+            mask = td["action_mask"]
+            draw = torch.multinomial(mask.float().reshape(-1, mask.shape[-1]), 1)
+            td["action"] = draw.reshape(mask.shape[:-1])
+        else:
+            td["action"] = self.action_spec.rand(td.batch_size)
+        return td
+
+
 def evaluate_any(model: RLModule, data: RLDataModule, name: str, episodes: int, num_envs: int,
-                 seed: int) -> dict[str, dict[str, float]]:
-    """The trained policy on any env config: prints ``{name: {mean_return, return_se, <report means>}}``
-    as the last stdout line and returns it."""
-    result = play_any(data.env_config, model.collector_policy, episodes, num_envs, seed)
-    r = result["return"]
-    row = {"mean_return": r.mean().item(), "return_se": (r.std() / math.sqrt(r.numel())).item()}
-    row.update({f"mean_{k}": v.mean().item() for k, v in result.items() if k != "return"})
-    print(f"{r.numel()} episodes, seed {seed}: {name} return {row['mean_return']:.1f} ± {row['return_se']:.1f}")
-    table = {name: row}
+                 seed: int, random: bool = True) -> dict[str, dict[str, float]]:
+    """The trained policy on any env config, and with ``random`` the uniform random policy on the same
+    episodes: prints ``{name: {mean_return, return_se, <report means>}, random: {...}}`` as the last
+    stdout line and returns it."""
+    policies = {name: model.collector_policy}
+    if random:
+        policies["random"] = UniformRandomPolicy(data.env.action_spec_unbatched)
+    table = {}
+    for label, policy in policies.items():
+        torch.manual_seed(seed)  # the random policy draws from the global generator: the same draws every time
+        result = play_any(data.env_config, policy, episodes, num_envs, seed)
+        r = result["return"]
+        row = {"mean_return": r.mean().item(), "return_se": (r.std() / math.sqrt(r.numel())).item()}
+        row.update({f"mean_{k}": v.mean().item() for k, v in result.items() if k != "return"})
+        print(f"{r.numel()} episodes, seed {seed}: {label} return {row['mean_return']:.2f} ± {row['return_se']:.2f}, "
+              + ", ".join(f"{k} {v:.3f}" for k, v in row.items() if k.startswith("mean_") and k != "mean_return"))
+        table[label] = row
     print(json.dumps(table))
     sys.stdout.flush()
     return table
@@ -157,7 +188,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--routes_out", default=None, help="write the trained policy's plans to this JSON file")
     parser.add_argument("--seed", type=int, default=10_000_000, help="seed of the evaluation episodes")
     parser.add_argument("--num_envs", type=int, default=256, help="episodes played at once")
-    parser.add_argument("--policies", nargs="*", default=list(BASELINES), help="baselines to include")
+    parser.add_argument("--policies", nargs="*", default=list(BASELINES),
+                        help="baselines to include (off DVRP only `random`, uniform over the allowed actions)")
     parser.add_argument("--pyvrp_episodes", type=int, default=0, help="re-solve this many episodes per policy with PyVRP")
     parser.add_argument("--pyvrp_seconds", type=float, default=1.0, help="PyVRP time per episode")
     parser.add_argument("--num_threads", type=int, default=1)
@@ -178,7 +210,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     model, data = load_run(args.config, args.ckpt_path, overrides)
     name = type(model).__name__.removesuffix("Module").lower()
     if not isinstance(data.env_config, DVRPConfig):
-        return evaluate_any(model, data, name, args.episodes, min(args.num_envs, args.episodes), args.seed)
+        return evaluate_any(model, data, name, args.episodes, min(args.num_envs, args.episodes), args.seed,
+                            random="random" in args.policies)
     num_envs = min(args.num_envs, args.episodes)
     keep = args.routes_out is not None or args.pyvrp_episodes > 0
     results = {name: play(data.env_config, lambda env: model.collector_policy, args.episodes, num_envs, args.seed, keep)}

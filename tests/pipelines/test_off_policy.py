@@ -62,9 +62,11 @@ def test_evaluate_works_for_a_gym_config(tmp_path, capsys):
     table = evaluate(["--config", CARTPOLE, "--ckpt_path", str(ckpt), "--episodes", "6", "--num_envs", "4",
                       "--model.init_args.network.init_args.hidden_dims=[64, 64]"])
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert last == table and set(table) == {"dqn"}
-    assert set(table["dqn"]) == {"mean_return", "return_se"}
-    assert 8 <= table["dqn"]["mean_return"] <= 500  # CartPole: every episode lasts 8..500 steps
+    assert last == table and set(table) == {"dqn", "random"}
+    for row in table.values():
+        assert set(row) == {"mean_return", "return_se"}
+        assert 8 <= row["mean_return"] <= 500  # CartPole: every episode lasts 8..500 steps
+    assert table["random"]["mean_return"] < 60  # a random CartPole policy falls within ~22 steps
 
 
 def test_too_few_steps_for_n_step_is_rejected(tmp_path):
@@ -109,3 +111,37 @@ def test_prioritized_replay_updates_priorities_and_resumes(tmp_path):
                    "--data.init_args.prioritized=true", f"--ckpt_path={ckpt}")
     saved = state["OffPolicyDataModule"]["replay_buffer"]["_sampler"]["priority"]
     assert torch.equal(resumed.datamodule.buffer.sampler._priority, saved)
+
+
+def test_policy_evaluation_keeps_the_best_checkpoint(tmp_path):
+    """save_best: best.ckpt holds the weights of the best evaluation; replaying it gives that return."""
+    from pipelines.evaluate import load_run, play_any
+
+    cli = _run(tmp_path, "--data.init_args.total_frames=2560", "--trainer.callbacks+=callbacks.PolicyEvaluation",
+               "--trainer.callbacks.every_n_frames=640", "--trainer.callbacks.num_envs=4",
+               "--trainer.callbacks.save_best=true", "--trainer.callbacks.seed=99")
+    evaluation = next(c for c in cli.trainer.callbacks if type(c).__name__ == "PolicyEvaluation")
+    best = tmp_path / "cartpole_dqn" / "version_0" / "checkpoints" / "best.ckpt"
+    assert best.is_file() and evaluation.best > 8
+    model, data = load_run(CARTPOLE, str(best), ["--model.init_args.network.init_args.hidden_dims=[64, 64]"])
+    replay = play_any(data.env_config, model.collector_policy, 4, 4, 99)
+    assert replay["return"].mean().item() == pytest.approx(evaluation.best)
+
+
+def test_memmap_storage_writes_to_scratch_dir_and_resumes(tmp_path):
+    from torchrl.data import LazyMemmapStorage
+
+    full = _run(tmp_path / "a", "--data.init_args.total_frames=1280", "--data.init_args.storage=memmap",
+                f"--data.init_args.scratch_dir={tmp_path / 'scratch_a'}")
+    assert isinstance(full.datamodule.buffer.storage, LazyMemmapStorage)
+    assert any((tmp_path / "scratch_a" / "rank0").rglob("*.memmap"))
+    ckpt = tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints" / "epoch=0-step=20.ckpt"
+    state = torch.load(ckpt, weights_only=False)
+    resumed = _run(tmp_path / "b", f"--data.init_args.total_frames={state['rl_state']['collected_frames']}",
+                   "--data.init_args.storage=memmap", f"--data.init_args.scratch_dir={tmp_path / 'scratch_b'}",
+                   f"--ckpt_path={ckpt}")
+    buffer = resumed.datamodule.buffer
+    saved = state["OffPolicyDataModule"]["replay_buffer"]["_storage"]
+    assert len(buffer) == saved["_len"] > 0
+    rows = len(buffer) // 4
+    assert torch.equal(buffer.storage[:rows]["observation"], torch.as_tensor(saved["_storage"]["observation"][:rows]))

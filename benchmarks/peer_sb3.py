@@ -1,0 +1,267 @@
+"""Peer benchmark: the same DQN run here and in Stable-Baselines3, in one command.
+
+    python benchmarks/peer_sb3.py [--config configs/cartpole_dqn.yaml] [--total_frames N] [--episodes 32]
+        [--seed S] [--eval_seed S] [--quick]
+
+Needs the ``bench`` extra (``pip install -e .[bench]``: stable-baselines3). Each trainer runs in its own
+spawned process with ``torch.set_num_threads(1)``, so peak memory (``ru_maxrss`` of that process) and
+thread settings are per trainer:
+
+* ours: ``pipelines.fit.main`` on a temporary copy of the config without logger, checkpoints,
+  progress bar and evaluation callbacks (only ``callbacks.EpsilonDecay`` is kept);
+* SB3: ``stable_baselines3.DQN`` with hyper-parameters read from the same YAML (:func:`sb3_hyperparameters`
+  documents the mapping; settings SB3's DQN cannot mirror stop the script).
+
+``steps_per_s`` is collected env frames over the wall time of building the trainer plus the whole
+training (imports and evaluation excluded); ``ratio`` is ours / SB3. Both trained policies are then
+played greedily by ``pipelines.evaluate.play_any`` on the same env and seeds (``--episodes`` episodes,
+one per env row), so both see the same initial states. ``--quick`` is a smoke run (a few training
+phases, 8 episodes). Prints one JSON object (last stdout line):
+``{"ours": {...}, "sb3": {...}, "ratio": ..., "hyperparameters": {...}, "caveats": [...], ...}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import json
+import math
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+# Only what the config's hyper-parameters need is imported here; the trainers import their stacks in
+# their own processes, so each one's peak memory holds its own stack only.
+CONFIG = os.path.join(ROOT, "configs", "cartpole_dqn.yaml")
+MISSING_SB3 = ("stable-baselines3 is not installed: it is the benchmark-only extra 'bench'. "
+               "Install it with `pip install -e .[bench]` (or `pip install \"stable-baselines3>=2.3,<3\"`).")
+
+
+def resolve(spec: dict) -> dict:
+    """``init_args`` of a ``{class_path, init_args}`` entry, completed with the class's defaults."""
+    module, name = spec["class_path"].rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    return {**defaults, **(spec.get("init_args") or {})}
+
+
+def sb3_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dict, list[str]]:
+    """SB3 ``DQN`` keyword arguments for a DQN config of this framework, and the known differences.
+
+    Mapping (ours -> SB3; B = ``num_envs``, F = ``frames_per_batch``, U = ``utd_ratio``):
+
+    * ``frames_per_batch`` / B -> ``train_freq`` (SB3 counts steps of the vectorised env);
+      ``utd_ratio`` -> ``gradient_steps``: U updates after every F frames in both.
+    * ``target_update_interval`` K (optimiser steps, hard copy) -> ``target_update_interval`` = K * F / U
+      env frames, ``tau`` 1. SB3 copies inside the collection loop, where the online net is frozen,
+      so with K = U (RL Zoo: 128 updates per 256 frames) both copy once per training phase, between
+      phases: SB3's 256 here is equivalent to RL Zoo's 10 (any value <= 256 copies the same weights).
+    * ``EpsilonDecay`` (linear): ``decay_frames / total_frames`` -> ``exploration_fraction`` (SB3's
+      schedule is a fraction of ``learn``'s budget), ``eps_init`` / ``eps_end`` ->
+      ``exploration_initial_eps`` / ``exploration_final_eps``.
+    * ``init_random_frames`` -> ``learning_starts``; ``lr``, ``batch_size``, ``buffer_size``, ``gamma``,
+      ``n_step`` -> ``n_steps``, ``max_grad_norm``, ``hidden_dims`` -> ``policy_kwargs.net_arch``
+      (ReLU MLP, default ``nn.Linear`` init in both), seed. SB3's loss is always Huber (ours:
+      ``smooth_l1``) and its DQN is neither double nor dueling.
+
+    Raises:
+        ValueError: a setting SB3's DQN cannot mirror (the message names it).
+    """
+    model, data = resolve(config["model"]), resolve(config["data"])
+    network, env = resolve(model["network"]), resolve(data["env"])
+    decays = [c for c in config.get("trainer", {}).get("callbacks") or []
+              if isinstance(c, dict) and c.get("class_path", "").endswith("EpsilonDecay")]
+    problems = []
+    if not config["model"]["class_path"].endswith("DQNModule"):
+        problems.append(f"model {config['model']['class_path']} (needs modules.dqn.DQNModule)")
+    if not model["network"]["class_path"].endswith(".QNetwork") or network.get("dueling"):
+        problems.append("network must be a QNetwork without dueling head")
+    if model["double_dqn"]:
+        problems.append("model.double_dqn=true (SB3's DQN has no double-DQN target)")
+    if model["target_update"] != "hard":
+        problems.append("model.target_update must be hard (SB3 updates the target during collection only)")
+    if model["loss_function"] != "smooth_l1":
+        problems.append(f"model.loss_function={model['loss_function']} (SB3's DQN uses Huber = smooth_l1)")
+    if model["action_mask_key"] is not None:
+        problems.append("model.action_mask_key (SB3's DQN has no action masks)")
+    if not data["env"]["class_path"].endswith("GymConfig"):
+        problems.append(f"env {data['env']['class_path']} (needs envs.gym.GymConfig: a gymnasium id)")
+    if len(decays) != 1 or resolve(decays[0])["schedule"] != "linear":
+        problems.append("exactly one callbacks.EpsilonDecay with schedule linear is needed")
+    if problems:
+        raise ValueError("the config has settings SB3's DQN cannot mirror: " + "; ".join(problems))
+    eps = resolve(decays[0])
+    num_envs, frames, utd = data["num_envs"], data["frames_per_batch"], data["utd_ratio"]
+    k = model["target_update_interval"]
+    hp = {
+        "env_id": env["env_id"], "n_envs": num_envs, "total_timesteps": total_frames, "seed": seed,
+        "learning_rate": model["lr"], "buffer_size": data["buffer_size"], "learning_starts": data["init_random_frames"],
+        "batch_size": data["batch_size"], "tau": 1.0, "gamma": model["gamma"], "train_freq": frames // num_envs,
+        "gradient_steps": utd, "n_steps": model["n_step"], "target_update_interval": max(1, round(k * frames / utd)),
+        "exploration_fraction": eps["decay_frames"] / total_frames, "exploration_initial_eps": eps["eps_init"],
+        "exploration_final_eps": eps["eps_end"], "max_grad_norm": model["max_grad_norm"],
+        "policy_kwargs": {"net_arch": list(network["hidden_dims"])},
+    }
+    random_frames = -(-data["init_random_frames"] // frames) * frames
+    caveats = [
+        f"ours acts randomly for whole collected batches: {random_frames} frames vs SB3's {data['init_random_frames']}; "
+        "both first train once more than init_random_frames frames are collected",
+        f"ours sets epsilon once per collected batch ({frames} frames), SB3 after every env step",
+        "both evaluate the final policy (the config's PolicyEvaluation / best.ckpt is left out)",
+    ]
+    if k % utd or (k // utd > 1 and (data["init_random_frames"] // frames) % (k // utd)):
+        caveats.append(f"target copy every {k} updates with {utd} per batch is not phase-aligned with SB3's "
+                       f"copy every {hp['target_update_interval']} env frames")
+    return hp, caveats
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (``ru_maxrss``, KiB on Linux), MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def summarise(returns: torch.Tensor) -> dict[str, float]:
+    return {"eval_mean_return": returns.mean().item(),
+            "eval_return_se": (returns.std() / math.sqrt(returns.numel())).item() if returns.numel() > 1 else 0.0}
+
+
+def train_ours(config: dict, total_frames: int, seed: int, episodes: int, eval_seed: int) -> dict:
+    """Fit the config (in this process) and play the greedy policy; runs in its own process."""
+    torch.set_num_threads(1)
+    from pipelines.evaluate import play_any  # in the trainer's process only (see the module note)
+    from pipelines.fit import main
+
+    config = json.loads(json.dumps(config))  # a copy
+    trainer = config.setdefault("trainer", {})
+    trainer["callbacks"] = [c for c in trainer.get("callbacks") or []
+                            if isinstance(c, dict) and c.get("class_path", "").endswith("EpsilonDecay")]
+    trainer.update(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    config["num_threads"] = 1
+    config["seed_everything"] = seed
+    config["data"].setdefault("init_args", {}).update(total_frames=total_frames, seed=seed)
+    with tempfile.TemporaryDirectory(prefix="peer_sb3_") as tmp:
+        trainer["default_root_dir"] = tmp  # the resolved config (SaveConfigCallback) lands here, not in the repo
+        path = os.path.join(tmp, "peer_config.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(config, f)
+        sys.argv = sys.argv[:1]  # LightningCLI warns when it gets args and a command line
+        start = time.perf_counter()
+        cli = main(["--config", path])
+        wall = time.perf_counter() - start
+    peak = peak_rss_mb()
+    model, data = cli.model, cli.datamodule
+    model.eval()
+    start = time.perf_counter()
+    returns = play_any(data.env_config, model.collector_policy, episodes, min(episodes, 32), eval_seed)["return"]
+    frames = model.collected_frames
+    return {"frames": frames, "updates": cli.trainer.global_step, "wall_s": wall, "steps_per_s": frames / wall,
+            "peak_rss_mb": peak, **summarise(returns), "eval_episodes": returns.numel(),
+            "eval_s": time.perf_counter() - start, "final_epsilon": model.epsilon()}
+
+
+class SB3Policy:
+    """An SB3 model as a TensorDict policy for ``play_any``: greedy ``action`` ``[B]`` from ``observation``."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def __call__(self, td):
+        action, _ = self.model.predict(td["observation"].cpu().numpy(), deterministic=True)
+        td["action"] = torch.as_tensor(action, dtype=torch.int64).reshape(td.batch_size)
+        return td
+
+
+def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int) -> dict:
+    """Train SB3's DQN with ``hp`` and play its greedy policy on ``env_spec``; runs in its own process."""
+    torch.set_num_threads(1)
+    import stable_baselines3  # optional dependency (the bench extra)
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.env_util import make_vec_env
+
+    hp = dict(hp)
+    env_id, n_envs, total, seed = hp.pop("env_id"), hp.pop("n_envs"), hp.pop("total_timesteps"), hp.pop("seed")
+    start = time.perf_counter()
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+    model = DQN("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **hp)
+    model.learn(total_timesteps=total)
+    wall = time.perf_counter() - start
+    peak = peak_rss_mb()  # before the evaluation imports this framework's stack
+
+    from pipelines.evaluate import play_any  # the shared evaluation, after the peak was read
+
+    module, name = env_spec["class_path"].rsplit(".", 1)
+    env_config = getattr(importlib.import_module(module), name)(**(env_spec.get("init_args") or {}))
+    start = time.perf_counter()
+    returns = play_any(env_config, SB3Policy(model), episodes, min(episodes, 32), eval_seed)["return"]
+    frames = model.num_timesteps
+    return {"frames": frames, "updates": model._n_updates, "wall_s": wall, "steps_per_s": frames / wall,
+            "peak_rss_mb": peak, **summarise(returns), "eval_episodes": returns.numel(),
+            "eval_s": time.perf_counter() - start, "final_epsilon": model.exploration_rate,
+            "version": stable_baselines3.__version__}
+
+
+def isolated(fn, *args):
+    """``fn(*args)`` in a fresh spawned process (its own memory peak and thread settings)."""
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=CONFIG, help="a DQN fit config on a gymnasium env")
+    parser.add_argument("--total_frames", type=int, default=None, help="budget in env frames (default: the config's)")
+    parser.add_argument("--episodes", type=int, default=None, help="greedy evaluation episodes (default 32, quick 8)")
+    parser.add_argument("--seed", type=int, default=None, help="training seed of both (default: the config's data seed)")
+    parser.add_argument("--eval_seed", type=int, default=10_000_000, help="seed of the evaluation episodes")
+    parser.add_argument("--quick", action="store_true", help="smoke run: the warm-up plus 4 training phases")
+    parser.add_argument("--only", choices=["ours", "sb3"], default=None, help="run one trainer only")
+    args = parser.parse_args()
+    if args.only != "ours" and importlib.util.find_spec("stable_baselines3") is None:
+        sys.exit(MISSING_SB3)
+    with open(args.config) as f:
+        config = yaml.safe_load(f)
+    data = resolve(config["data"])
+    total = args.total_frames or data["total_frames"]
+    if args.quick and args.total_frames is None:
+        total = (-(-data["init_random_frames"] // data["frames_per_batch"]) + 4) * data["frames_per_batch"]
+    episodes = args.episodes or (8 if args.quick else 32)
+    seed = data["seed"] if args.seed is None else args.seed
+    hp, caveats = sb3_hyperparameters(config, total, seed)
+    result: dict = {"config": os.path.relpath(os.path.abspath(args.config), ROOT), "env": hp["env_id"],
+                    "total_frames": total, "seed": seed, "eval_seed": args.eval_seed, "episodes": episodes,
+                    "threads": 1, "machine": {"cpu": platform.processor() or platform.machine(),
+                                              "cores": os.cpu_count(), "torch": torch.__version__}}
+    if args.only != "sb3":
+        print(f"ours: fitting {args.config} for {total} frames ...", file=sys.stderr, flush=True)
+        result["ours"] = isolated(train_ours, config, total, seed, episodes, args.eval_seed)
+        print(f"ours: {result['ours']}", file=sys.stderr, flush=True)
+    if args.only != "ours":
+        print(f"sb3: DQN {hp} ...", file=sys.stderr, flush=True)
+        result["sb3"] = isolated(train_sb3, hp, config["data"]["init_args"]["env"], episodes, args.eval_seed)
+        print(f"sb3: {result['sb3']}", file=sys.stderr, flush=True)
+    if "ours" in result and "sb3" in result:
+        result["ratio"] = result["ours"]["steps_per_s"] / result["sb3"]["steps_per_s"]
+    result["hyperparameters"] = hp
+    result["caveats"] = caveats
+    result["load_average_1min"] = os.getloadavg()[0]
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
