@@ -76,9 +76,9 @@ class RLDataModule(L.LightningDataModule):
         _require(frames_per_batch % num_envs == 0, f"data.frames_per_batch={frames_per_batch} must be a multiple "
                                                    f"of data.num_envs={num_envs} (T = frames_per_batch / num_envs)")
         self.env_config = env
-        self.num_envs = num_envs
-        self.frames_per_batch = frames_per_batch
-        self.total_frames = total_frames
+        self.num_envs = int(num_envs)  # plain ints: jsonargparse types would reach the checkpoint
+        self.frames_per_batch = int(frames_per_batch)
+        self.total_frames = int(total_frames)
         self.seed = seed
         self.device = device
         self.env: EnvBase | None = None

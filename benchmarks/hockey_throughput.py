@@ -1,0 +1,93 @@
+"""Hockey env throughput: env-only frames/s per batch size on one thread, scripted weak opponent included.
+
+    python benchmarks/hockey_throughput.py [--batch_sizes 8 256 4096] [--steps 300] [--threads 1] [--opponent weak]
+
+Default config (NORMAL mode, 250-step episodes, weak BasicOpponent driven inside the step). Uniform random
+actions in ``[-1, 1]^4`` are drawn outside the timed region; each timed call is ``env.step_and_maybe_reset`` (the
+step with both observations, report and the partial resets of the rows that are done), after a warm-up of 50
+calls. A frame is one env step of one row (B frames per batched step). Also printed: the raw ``_step`` alone,
+and ``make_env_steps_per_s``: the same timed ``step_and_maybe_reset`` on ``envs.make_env``'s env (the bare env
+plus ``RewardSum``), which is what the pipeline's collector steps. Goal: >= 1,000,000 frames/s at B = 4096.
+Prints one JSON object (last stdout line):
+``{"env_steps_per_s": {"8": ..., "256": ..., "4096": ...}, "make_env_steps_per_s": {...}, "raw_step": {...}, ...}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from envs import make_env
+from envs.hockey import HockeyConfig
+
+
+def measure(batch_size: int, steps: int, opponent: str, warmup: int = 50, transformed: bool = False) -> dict[str, float]:
+    """Frames/s of ``step_and_maybe_reset`` and of ``_step``, on the bare env or (``transformed``) on ``make_env``'s."""
+    config = HockeyConfig(opponent=opponent)
+    env = make_env(config, batch_size, 0) if transformed else config.make(num_envs=batch_size, seed=0)
+    generator = torch.Generator().manual_seed(0)
+    actions = torch.rand(warmup + steps, batch_size, 4, generator=generator) * 2 - 1
+    td = env.reset()
+    for a in actions[:warmup]:
+        td["action"] = a
+        _, td = env.step_and_maybe_reset(td)
+    timed = 0.0
+    episodes = 0
+    for a in actions[warmup:]:
+        td["action"] = a
+        t0 = time.perf_counter()
+        step, td = env.step_and_maybe_reset(td)
+        timed += time.perf_counter() - t0
+        episodes += int(step["next", "done"].sum())
+    frames = batch_size * steps
+    if transformed:
+        return {"env_steps_per_s": frames / timed}
+    t0 = time.perf_counter()
+    for _ in range(steps):  # dynamics, opponent and observations; no TorchRL bookkeeping, no resets
+        env._step(td)
+    raw = time.perf_counter() - t0
+    return {"env_steps_per_s": frames / timed, "raw_step": frames / raw, "ms_per_step": 1e3 * timed / steps,
+            "episodes": episodes}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch_sizes", type=int, nargs="+", default=[8, 256, 4096])
+    parser.add_argument("--steps", type=int, default=300, help="timed batched steps per batch size")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--opponent", default="weak", choices=["static", "weak", "strong"])
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    results, wrapped = {}, {}
+    for b in args.batch_sizes:
+        results[b] = measure(b, args.steps, args.opponent)
+        wrapped[b] = measure(b, args.steps, args.opponent, transformed=True)
+        r = results[b]
+        print(f"B={b:5d}: {r['env_steps_per_s']:12,.0f} frames/s step_and_maybe_reset ({r['ms_per_step']:.3f} ms/step, "
+              f"{r['episodes']} episodes ended); {r['raw_step']:12,.0f} raw _step; "
+              f"{wrapped[b]['env_steps_per_s']:12,.0f} through make_env")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS {peak:.0f} MB, {args.threads} thread(s), load average {os.getloadavg()[0]:.2f}")
+    print(json.dumps({
+        "env_steps_per_s": {str(b): round(r["env_steps_per_s"]) for b, r in results.items()},
+        "make_env_steps_per_s": {str(b): round(r["env_steps_per_s"]) for b, r in wrapped.items()},
+        "raw_step": {str(b): round(r["raw_step"]) for b, r in results.items()},
+        "goal_4096": 1_000_000,
+        "opponent": args.opponent,
+        "peak_rss_mb": round(peak, 1),
+        "threads": args.threads,
+        "load_average": round(os.getloadavg()[0], 2),
+    }))
+
+
+if __name__ == "__main__":
+    main()
