@@ -1,8 +1,9 @@
 """Lightning callbacks, one behaviour each."""
 
+from callbacks.curriculum import CurriculumPhases
 from callbacks.embedding import EmbeddingUpdate
 from callbacks.epsilon import EpsilonDecay
 from callbacks.evaluation import PolicyEvaluation
 from callbacks.progress import FrameProgressBar
 
-__all__ = ["EmbeddingUpdate", "EpsilonDecay", "FrameProgressBar", "PolicyEvaluation"]
+__all__ = ["CurriculumPhases", "EmbeddingUpdate", "EpsilonDecay", "FrameProgressBar", "PolicyEvaluation"]

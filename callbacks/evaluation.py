@@ -26,16 +26,24 @@ class PolicyEvaluation(L.Callback):
     ``<log dir>/checkpoints``): value-based policies can get worse late in training, and the best
     evaluated one is what ``pipelines.evaluate --ckpt_path .../best.ckpt`` should then play.
 
+    With ``settings``, each named entry is a separate evaluation env with those runtime settings
+    (``configure``, e.g. ``{weak: {opponent: weak}, strong: {opponent: strong}}`` on the hockey env),
+    logged as ``eval/<name>/<key>``; never the training envs. Every evaluation's metrics (and its frame
+    count) are kept in :attr:`history` (in the checkpoint), which ``callbacks.CurriculumPhases`` reads.
+
     Args:
         every_n_frames: interval in collected frames (all ranks).
-        num_envs: evaluation episodes per evaluation.
+        num_envs: evaluation episodes per evaluation (per setting).
         seed: seed of the evaluation envs (keep it away from the training seeds).
         max_steps: step limit of an evaluation episode.
         save_best: keep the best evaluated checkpoint as ``best.ckpt``.
+        settings: named runtime settings of separate evaluation envs, or null for one plain env.
+        best_metric: the metric ``save_best`` maximises, e.g. ``eval/weak/win``.
     """
 
     def __init__(self, every_n_frames: int = 200_000, num_envs: int = 64, seed: int = 1_000_000,
-                 max_steps: int = 10_000, save_best: bool = False) -> None:
+                 max_steps: int = 10_000, save_best: bool = False, settings: dict[str, dict] | None = None,
+                 best_metric: str = "eval/episode_return") -> None:
         if every_n_frames < 1 or num_envs < 1:
             raise ValueError(f"every_n_frames and num_envs must be >= 1, got {every_n_frames}, {num_envs}")
         self.every_n_frames = every_n_frames
@@ -43,16 +51,20 @@ class PolicyEvaluation(L.Callback):
         self.seed = seed
         self.max_steps = max_steps
         self.save_best = save_best
+        self.settings = dict(settings) if settings else None
+        self.best_metric = best_metric
         self.next_frames = every_n_frames
         self.best = -math.inf
-        self._env = None
+        self.history: list[dict[str, float]] = []
+        self._envs: dict[str, object] = {}
 
     def state_dict(self) -> dict:
-        return {"next_frames": self.next_frames, "best": self.best}
+        return {"next_frames": self.next_frames, "best": self.best, "history": self.history}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.next_frames = state_dict["next_frames"]
         self.best = float(state_dict.get("best", -math.inf))
+        self.history = list(state_dict.get("history", []))
 
     def best_path(self, trainer: L.Trainer) -> str:
         """Where ``best.ckpt`` goes: the ``ModelCheckpoint``'s folder, else ``<log dir>/checkpoints``."""
@@ -65,7 +77,7 @@ class PolicyEvaluation(L.Callback):
         metrics = self.evaluate(trainer, pl_module)
         if not self.save_best:
             return
-        value = trainer.strategy.broadcast(metrics.get("eval/episode_return"), src=0)  # rank 0 evaluated
+        value = trainer.strategy.broadcast(metrics.get(self.best_metric), src=0)  # rank 0 evaluated
         if value is not None and value > self.best:
             self.best = value
             trainer.save_checkpoint(self.best_path(trainer))  # a collective: every rank calls it
@@ -85,25 +97,38 @@ class PolicyEvaluation(L.Callback):
         """Run the evaluation and log it (rank 0); returns the metrics."""
         if not trainer.is_global_zero:
             return {}
-        if self._env is None:
-            self._env = trainer.datamodule.make_eval_env(self.num_envs, self.seed)
-        env, policy = self._env, pl_module.collector_policy
-        env.set_seed(self.seed)
         was_training = pl_module.training
         pl_module.eval()
-        with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
-            rollout = env.rollout(self.max_steps, policy, break_when_any_done=False, break_when_all_done=True)
+        metrics = {}
+        for name, settings in (self.settings or {None: None}).items():
+            if name not in self._envs:
+                self._envs[name] = trainer.datamodule.make_eval_env(self.num_envs, self.seed)
+                if settings:
+                    trainer.datamodule.configure_env(settings, self._envs[name])
+            prefix = "eval/" if name is None else f"eval/{name}/"
+            metrics.update({prefix + k: v for k, v in self._play(self._envs[name], pl_module).items()})
         pl_module.train(was_training)
+        self.history.append({"frames": float(pl_module.collected_frames), **metrics})
+        for logger in pl_module.loggers:
+            logger.log_metrics(metrics, step=pl_module.collected_frames)
+        log.info("evaluation at %d frames: %s", pl_module.collected_frames, metrics)
+        return metrics
+
+    def _play(self, env, pl_module: L.LightningModule) -> dict[str, float]:
+        """The first episode of every row of ``env`` (seeded ``seed`` again): mean return and report entries
+        (keys without the ``eval/`` prefix); an env that draws its plan logs row 0's route image."""
+        env.set_seed(self.seed)
+        with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+            rollout = env.rollout(self.max_steps, pl_module.collector_policy, break_when_any_done=False,
+                                  break_when_all_done=True)
         done = rollout["next", "done"].squeeze(-1)  # [num_envs, T]
         first = done & (done.long().cumsum(-1) == 1)  # each env's first episode (a fast env starts a second)
         returns = rollout["next", "episode_reward"][first].float()
         # a multi-agent env's return [N, R, 1] is the team's: summed over the agents
-        metrics = {"eval/episode_return": returns.reshape(returns.shape[0], -1).sum(-1).mean().item()}
+        metrics = {"episode_return": returns.reshape(returns.shape[0], -1).sum(-1).mean().item()}
         if ("next", "report") in rollout.keys(True):
             for key, value in rollout["next", "report"].items():
-                metrics[f"eval/{key}"] = value[first].float().mean().item()
-        for logger in pl_module.loggers:
-            logger.log_metrics(metrics, step=pl_module.collected_frames)
+                metrics[key] = value[first].float().mean().item()
         base = getattr(env, "base_env", env)
         if hasattr(base, "render_routes") and bool(done[:, -1].all()):
             image = base.render_routes(0)
@@ -111,5 +136,4 @@ class PolicyEvaluation(L.Callback):
                 if hasattr(logger.experiment, "add_image"):
                     logger.experiment.add_image("eval/routes", np.ascontiguousarray(image), pl_module.collected_frames,
                                                 dataformats="HWC")
-        log.info("evaluation at %d frames: %s", pl_module.collected_frames, metrics)
         return metrics

@@ -463,6 +463,26 @@ class HockeyEnv(RowSeededEnv):
         _require(codes.shape[0] == n, key, value, f"one value, or one per selected row ({n})")
         return codes
 
+    def configure(self, mode: Mode | None = None, opponent: str | None = None, **shaping: float) -> None:
+        """Runtime settings of every row (the protocol ``callbacks.CurriculumPhases`` and
+        ``callbacks.PolicyEvaluation`` use): ``mode`` and ``opponent`` from each row's next reset on
+        (:meth:`set_mode`, :meth:`set_opponent`), the reward weights ``r_win``, ``w_closeness``, ``w_touch``,
+        ``w_direction`` from the next step on (:meth:`set_shaping`).
+
+        Raises:
+            ValueError: an unknown mode, opponent or setting, or a bad weight (the message names the key).
+        """
+        unknown = set(shaping) - {"r_win", "w_closeness", "w_touch", "w_direction"}
+        if unknown:
+            raise ValueError(f"env settings {sorted(unknown)} are not allowed: one of mode, opponent, r_win, "
+                             f"w_closeness, w_touch, w_direction")
+        if mode is not None:
+            self.set_mode(mode)
+        if opponent is not None:
+            self.set_opponent(opponent)
+        if shaping:
+            self.set_shaping(**shaping)
+
     def set_mode(self, mode: Mode | Sequence[Mode] | Tensor, rows: Tensor | Sequence[int] | None = None) -> None:
         """Set the mode of ``rows`` (all by default) from their next reset on.
 

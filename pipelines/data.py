@@ -109,6 +109,20 @@ class RLDataModule(L.LightningDataModule):
         spec = self.env.action_spec_unbatched
         return spec[0] if self.num_agents is not None else spec
 
+    def configure_env(self, settings: dict, env: EnvBase | None = None) -> None:
+        """Apply runtime ``settings`` (e.g. a curriculum phase's mode, opponent and reward weights) to the
+        training env, or to ``env``, through its base env's ``configure(**settings)``.
+
+        Raises:
+            ValueError: the env has no ``configure`` method, or rejects a setting.
+        """
+        env = self.env if env is None else env
+        base = getattr(env, "base_env", env)
+        if not hasattr(base, "configure"):
+            raise ValueError(f"env {type(base).__name__} has no runtime settings (no configure method): "
+                             f"cannot apply {settings}")
+        base.configure(**settings)
+
     def example_observation(self) -> TensorDict:
         """A zero observation ``[num_envs]`` of the env (every action allowed), to shape lazy layers."""
         self.setup("fit")

@@ -1,0 +1,126 @@
+"""Curriculum phases: runtime env settings that change when an advance rule is met."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import lightning as L
+
+log = logging.getLogger(__name__)
+
+_PHASE_KEYS = {"name", "settings", "until", "clear_buffer"}
+
+
+def _phase_error(i: int, key: str, value: Any, allowed: str) -> ValueError:
+    return ValueError(f"CurriculumPhases.phases[{i}].{key}={value!r} is not allowed: {allowed}")
+
+
+class CurriculumPhases(L.Callback):
+    """Phases declared in YAML; each sets the training env's runtime settings (``configure``, e.g. the
+    hockey env's ``mode``, ``opponent`` and reward weights) and ends by its advance rule:
+
+    * ``until: {frames: N}``: after N collected frames (all ranks) in the phase;
+    * ``until: {metric: eval/weak/win, at_least: 0.8, evaluations: 3}``: when the mean of that metric
+      over the last ``evaluations`` evaluations of ``callbacks.PolicyEvaluation`` made in the phase is at
+      least ``at_least``;
+    * no ``until``: the phase lasts to the end (the last phase's rule is ignored).
+
+    On a transition every env of the run gets the new settings at once (an env may apply them from each
+    row's next reset, as the hockey env does, so no episode mixes two phases), the replay buffer is
+    emptied when the new phase has ``clear_buffer: true``, and ``curriculum/phase`` (the index) is logged.
+    The phase and the frame it began at are in the checkpoint; a resumed run re-applies its phase's
+    settings. Under DDP rank 0 decides (it alone evaluates) and the decision is broadcast.
+
+    Args:
+        phases: a list of ``{name, settings: {...}, until: {...}, clear_buffer: bool}``.
+
+    Raises:
+        ValueError: an empty list, a duplicate name, an unknown key or rule (the message names
+            ``phases[i].<key>``); at the start of training, ``clear_buffer`` without a replay buffer or a
+            metric rule without a ``PolicyEvaluation`` callback.
+    """
+
+    def __init__(self, phases: list[dict[str, Any]]) -> None:
+        if not phases:
+            raise ValueError("CurriculumPhases.phases must list at least one phase")
+        names = set()
+        for i, phase in enumerate(phases):
+            unknown = set(phase) - _PHASE_KEYS
+            if unknown:
+                raise _phase_error(i, sorted(unknown)[0], phase[sorted(unknown)[0]], f"keys are {sorted(_PHASE_KEYS)}")
+            name = phase.get("name")
+            if not isinstance(name, str) or not name or name in names:
+                raise _phase_error(i, "name", name, "a non-empty name, unique among the phases")
+            names.add(name)
+            if not isinstance(phase.get("settings", {}), dict):
+                raise _phase_error(i, "settings", phase.get("settings"), "a mapping of env settings")
+            until = phase.get("until")
+            if until is None:
+                continue
+            if set(until) == {"frames"}:
+                if not isinstance(until["frames"], int) or until["frames"] < 1:
+                    raise _phase_error(i, "until", until, "{frames: N} with N >= 1")
+            elif set(until) == {"metric", "at_least", "evaluations"}:
+                if not isinstance(until["evaluations"], int) or until["evaluations"] < 1:
+                    raise _phase_error(i, "until", until, "evaluations >= 1")
+            else:
+                raise _phase_error(i, "until", until, "{frames: N} or {metric: KEY, at_least: X, evaluations: n}")
+        self.phases = [dict(p) for p in phases]
+        self.phase = 0
+        self.phase_start = 0  # collected frames when the phase began
+
+    @property
+    def name(self) -> str:
+        return self.phases[self.phase]["name"]
+
+    def state_dict(self) -> dict:
+        return {"phase": self.phase, "phase_start": self.phase_start}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.phase = int(state_dict["phase"])
+        self.phase_start = int(state_dict["phase_start"])
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if any(p.get("clear_buffer") for p in self.phases) and getattr(trainer.datamodule, "buffer", None) is None:
+            raise ValueError("CurriculumPhases: clear_buffer needs an off-policy data module (a replay buffer)")
+        if any("metric" in (p.get("until") or {}) for p in self.phases[:-1]) and self._evaluation(trainer) is None:
+            raise ValueError("CurriculumPhases: a metric rule needs a callbacks.PolicyEvaluation in trainer.callbacks")
+        self._apply(trainer, pl_module)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        if self.phase + 1 >= len(self.phases):
+            return
+        advance = trainer.strategy.broadcast(self._rule_met(trainer, pl_module), src=0)
+        if advance:
+            self.phase += 1
+            self.phase_start = pl_module.collected_frames
+            if self.phases[self.phase].get("clear_buffer"):
+                trainer.datamodule.buffer.empty()
+            self._apply(trainer, pl_module)
+
+    # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _evaluation(trainer: L.Trainer):
+        return next((c for c in trainer.callbacks if type(c).__name__ == "PolicyEvaluation"), None)
+
+    def _rule_met(self, trainer: L.Trainer, pl_module: L.LightningModule) -> bool:
+        until = self.phases[self.phase].get("until")
+        if until is None:
+            return False
+        if "frames" in until:
+            return pl_module.collected_frames - self.phase_start >= until["frames"]
+        history = [h for h in self._evaluation(trainer).history
+                   if h["frames"] > self.phase_start and until["metric"] in h]
+        if len(history) < until["evaluations"]:
+            return False
+        recent = [h[until["metric"]] for h in history[-until["evaluations"]:]]
+        return sum(recent) / len(recent) >= until["at_least"]
+
+    def _apply(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        settings = self.phases[self.phase].get("settings") or {}
+        if settings:
+            trainer.datamodule.configure_env(settings)
+        for logger in pl_module.loggers:
+            logger.log_metrics({"curriculum/phase": float(self.phase)}, step=pl_module.collected_frames)
+        log.info("curriculum phase %d (%s) from %d frames", self.phase, self.name, pl_module.collected_frames)

@@ -1,0 +1,117 @@
+"""Curriculum phases on the hockey env (DQN on its discrete actions): both advance rules, buffer
+clearing, the settings reaching the env, resume in the right phase, and bad phase specs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+
+from callbacks.curriculum import CurriculumPhases
+from envs.hockey import MODES, OPPONENTS
+from pipelines.fit import main
+
+PHASES = [
+    {"name": "shooting", "settings": {"mode": "TRAIN_SHOOTING", "opponent": "static", "w_touch": 1.0},
+     "until": {"frames": 640}},
+    {"name": "defense", "settings": {"mode": "TRAIN_DEFENSE", "opponent": "weak"}, "clear_buffer": True,
+     "until": {"metric": "eval/weak/episode_return", "at_least": -1e9, "evaluations": 2}},
+    {"name": "normal", "settings": {"mode": "NORMAL", "opponent": "strong"}, "until": {"frames": 10**9}},
+]
+
+
+def _config(tmp_path, phases, every: int = 320) -> str:
+    config = {
+        "seed_everything": 0,
+        "model": {"class_path": "modules.dqn.DQNModule",
+                  "init_args": {"network": {"class_path": "modules.dqn.QNetwork",
+                                            "init_args": {"num_actions": 8, "hidden_dims": [32]}},
+                                "lr": 1e-3, "n_step": 1}},
+        "data": {"class_path": "pipelines.data.OffPolicyDataModule",
+                 "init_args": {"env": {"class_path": "envs.hockey.HockeyConfig",
+                                       "init_args": {"discrete_actions": True, "max_steps": 40, "max_steps_train": 40}},
+                               "num_envs": 8, "frames_per_batch": 64, "total_frames": 2560, "buffer_size": 10000,
+                               "batch_size": 32, "utd_ratio": 1, "init_random_frames": 64, "seed": 0}},
+        "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": 1, "enable_progress_bar": False,
+                    "enable_model_summary": False,
+                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                               "init_args": {"save_dir": str(tmp_path), "name": "hockey"}},
+                    "callbacks": [
+                        {"class_path": "callbacks.PolicyEvaluation",
+                         "init_args": {"every_n_frames": every, "num_envs": 4, "max_steps": 40,
+                                       "settings": {"weak": {"mode": "NORMAL", "opponent": "weak"}}}},
+                        {"class_path": "callbacks.CurriculumPhases", "init_args": {"phases": phases}},
+                        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                         "init_args": {"every_n_train_steps": 10, "save_top_k": -1}}]},
+    }
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "hockey.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def _curriculum(cli) -> CurriculumPhases:
+    return next(c for c in cli.trainer.callbacks if isinstance(c, CurriculumPhases))
+
+
+def test_phases_advance_by_frames_then_by_metric_and_clear_the_buffer(tmp_path):
+    cli = main(["--config", _config(tmp_path, PHASES)])
+    curriculum, data = _curriculum(cli), cli.datamodule
+    evaluation = next(c for c in cli.trainer.callbacks if type(c).__name__ == "PolicyEvaluation")
+    assert curriculum.phase == 2 and curriculum.name == "normal"
+    # phase 1 began at the first batch end at or past 640 frames; phase 2 after the 2nd evaluation in phase 1
+    evals_in_defense = [h["frames"] for h in evaluation.history if h["frames"] > 640]
+    assert curriculum.phase_start == evals_in_defense[1]
+    # the defense phase emptied the buffer when it began (after the batch that reached 640 frames was
+    # stored): it holds exactly the frames collected after it (n_step 1 holds nothing back)
+    assert len(data.buffer) == 2560 - 640
+    # the training env got the last phase's settings; the evaluation env kept its own
+    base = data.env.base_env
+    assert int(base._next_mode[0]) == MODES.index("NORMAL") and int(base._next_opponent[0]) == OPPONENTS.index("strong")
+    assert base.shaping["w_touch"] == 1.0  # set in phase 0, not changed since
+    assert "eval/weak/win" in evaluation.history[-1]
+
+
+def test_resume_restores_the_phase_and_its_settings(tmp_path):
+    cli = main(["--config", _config(tmp_path / "a", PHASES)])
+    ckpts = sorted((tmp_path / "a" / "hockey" / "version_0" / "checkpoints").glob("epoch=0-step=*.ckpt"),
+                   key=lambda p: int(p.stem.split("=")[-1]))
+    for ckpt in ckpts:
+        state = torch.load(ckpt, weights_only=False)
+        saved = next(v for k, v in state["callbacks"].items() if "CurriculumPhases" in k)
+        if saved["phase"] == 1:
+            break
+    else:
+        pytest.fail("no checkpoint in phase 1")
+    frames = state["rl_state"]["collected_frames"]
+    resumed = main(["--config", _config(tmp_path / "b", PHASES), f"--data.init_args.total_frames={frames}",
+                    f"--ckpt_path={ckpt}"])
+    curriculum = _curriculum(resumed)
+    assert (curriculum.phase, curriculum.phase_start) == (1, saved["phase_start"])
+    assert int(resumed.datamodule.env.base_env._next_mode[0]) == MODES.index("TRAIN_DEFENSE")
+    assert cli.trainer.global_step > resumed.trainer.global_step
+
+
+def test_a_metric_rule_that_is_never_met_keeps_the_phase(tmp_path):
+    phases = [PHASES[0], {**PHASES[1], "until": {"metric": "eval/weak/win", "at_least": 2.0, "evaluations": 1}},
+              PHASES[2]]
+    cli = main(["--config", _config(tmp_path, phases), "--data.init_args.total_frames=1920"])
+    assert _curriculum(cli).phase == 1
+
+
+@pytest.mark.parametrize("phases, match", [
+    ([], "at least one phase"),
+    ([{"name": "a"}, {"name": "a"}], r"phases\[1\].name"),
+    ([{"name": "a", "until": {"episodes": 3}}], r"phases\[0\].until"),
+    ([{"name": "a", "until": {"frames": 0}}], r"phases\[0\].until"),
+    ([{"name": "a", "rule": 1}], r"phases\[0\].rule"),
+])
+def test_bad_phases_are_rejected(phases, match):
+    with pytest.raises(ValueError, match=match):
+        CurriculumPhases(phases)
+
+
+def test_unknown_env_setting_stops_the_run(tmp_path):
+    phases = [{"name": "a", "settings": {"mode": "NORMAL", "puck_speed": 3.0}}]
+    with pytest.raises(ValueError, match="puck_speed"):
+        main(["--config", _config(tmp_path, phases)])
