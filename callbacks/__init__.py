@@ -5,5 +5,6 @@ from callbacks.embedding import EmbeddingUpdate
 from callbacks.epsilon import EpsilonDecay
 from callbacks.evaluation import PolicyEvaluation
 from callbacks.progress import FrameProgressBar
+from callbacks.selfplay import SelfPlay
 
-__all__ = ["CurriculumPhases", "EmbeddingUpdate", "EpsilonDecay", "FrameProgressBar", "PolicyEvaluation"]
+__all__ = ["CurriculumPhases", "EmbeddingUpdate", "EpsilonDecay", "FrameProgressBar", "PolicyEvaluation", "SelfPlay"]

@@ -9,7 +9,7 @@ import lightning as L
 
 log = logging.getLogger(__name__)
 
-_PHASE_KEYS = {"name", "settings", "until", "clear_buffer"}
+_PHASE_KEYS = {"name", "settings", "until", "clear_buffer", "self_play"}
 
 
 def _phase_error(i: int, key: str, value: Any, allowed: str) -> ValueError:
@@ -26,6 +26,9 @@ class CurriculumPhases(L.Callback):
       least ``at_least``;
     * no ``until``: the phase lasts to the end (the last phase's rule is ignored).
 
+    A phase with ``self_play: true`` switches a ``callbacks.SelfPlay`` of the run on (it then draws the
+    opponents); in every other phase it is off (it keeps taking snapshots).
+
     On a transition every env of the run gets the new settings at once (an env may apply them from each
     row's next reset, as the hockey env does, so no episode mixes two phases), the replay buffer is
     emptied when the new phase has ``clear_buffer: true``, and ``curriculum/phase`` (the index) is logged.
@@ -33,7 +36,7 @@ class CurriculumPhases(L.Callback):
     settings. Under DDP rank 0 decides (it alone evaluates) and the decision is broadcast.
 
     Args:
-        phases: a list of ``{name, settings: {...}, until: {...}, clear_buffer: bool}``.
+        phases: a list of ``{name, settings: {...}, until: {...}, clear_buffer: bool, self_play: bool}``.
 
     Raises:
         ValueError: an empty list, a duplicate name, an unknown key or rule (the message names
@@ -86,6 +89,8 @@ class CurriculumPhases(L.Callback):
             raise ValueError("CurriculumPhases: clear_buffer needs an off-policy data module (a replay buffer)")
         if any("metric" in (p.get("until") or {}) for p in self.phases[:-1]) and self._evaluation(trainer) is None:
             raise ValueError("CurriculumPhases: a metric rule needs a callbacks.PolicyEvaluation in trainer.callbacks")
+        if any(p.get("self_play") for p in self.phases) and self._selfplay(trainer) is None:
+            raise ValueError("CurriculumPhases: self_play needs a callbacks.SelfPlay in trainer.callbacks")
         self._apply(trainer, pl_module)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
@@ -100,6 +105,10 @@ class CurriculumPhases(L.Callback):
             self._apply(trainer, pl_module)
 
     # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _selfplay(trainer: L.Trainer):
+        return next((c for c in trainer.callbacks if type(c).__name__ == "SelfPlay"), None)
+
     @staticmethod
     def _evaluation(trainer: L.Trainer):
         return next((c for c in trainer.callbacks if type(c).__name__ == "PolicyEvaluation"), None)
@@ -121,6 +130,9 @@ class CurriculumPhases(L.Callback):
         settings = self.phases[self.phase].get("settings") or {}
         if settings:
             trainer.datamodule.configure_env(settings)
+        selfplay = self._selfplay(trainer)
+        if selfplay is not None:
+            selfplay.active = bool(self.phases[self.phase].get("self_play", False))
         for logger in pl_module.loggers:
             logger.log_metrics({"curriculum/phase": float(self.phase)}, step=pl_module.collected_frames)
         log.info("curriculum phase %d (%s) from %d frames", self.phase, self.name, pl_module.collected_frames)

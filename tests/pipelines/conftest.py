@@ -9,9 +9,38 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = str(REPO / "configs" / "dvrp_smoke.yaml")
+
+
+def hockey_dqn_config(tmp_path: Path, callbacks: list[dict]) -> str:
+    """A small DQN run on the hockey env's discrete actions (8 envs, 40-step episodes, 2,560 frames, a
+    checkpoint every 10 updates) with ``callbacks``, written to ``tmp_path / hockey.yaml``; returns the path."""
+    config = {
+        "seed_everything": 0,
+        "model": {"class_path": "modules.dqn.DQNModule",
+                  "init_args": {"network": {"class_path": "modules.dqn.QNetwork",
+                                            "init_args": {"num_actions": 8, "hidden_dims": [32]}},
+                                "lr": 1e-3, "n_step": 1}},
+        "data": {"class_path": "pipelines.data.OffPolicyDataModule",
+                 "init_args": {"env": {"class_path": "envs.hockey.HockeyConfig",
+                                       "init_args": {"discrete_actions": True, "max_steps": 40, "max_steps_train": 40}},
+                               "num_envs": 8, "frames_per_batch": 64, "total_frames": 2560, "buffer_size": 10000,
+                               "batch_size": 32, "utd_ratio": 1, "init_random_frames": 64, "seed": 0}},
+        "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": 1, "enable_progress_bar": False,
+                    "enable_model_summary": False,
+                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                               "init_args": {"save_dir": str(tmp_path), "name": "hockey"}},
+                    "callbacks": [*callbacks,
+                                  {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                                   "init_args": {"every_n_train_steps": 10, "save_top_k": -1}}]},
+    }
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "hockey.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
 
 
 def run_module(module: str, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-import yaml
 
 from callbacks.curriculum import CurriculumPhases
 from envs.hockey import MODES, OPPONENTS
 from pipelines.fit import main
+from tests.pipelines.conftest import hockey_dqn_config
 
 PHASES = [
     {"name": "shooting", "settings": {"mode": "TRAIN_SHOOTING", "opponent": "static", "w_touch": 1.0},
@@ -21,33 +21,11 @@ PHASES = [
 
 
 def _config(tmp_path, phases, every: int = 320) -> str:
-    config = {
-        "seed_everything": 0,
-        "model": {"class_path": "modules.dqn.DQNModule",
-                  "init_args": {"network": {"class_path": "modules.dqn.QNetwork",
-                                            "init_args": {"num_actions": 8, "hidden_dims": [32]}},
-                                "lr": 1e-3, "n_step": 1}},
-        "data": {"class_path": "pipelines.data.OffPolicyDataModule",
-                 "init_args": {"env": {"class_path": "envs.hockey.HockeyConfig",
-                                       "init_args": {"discrete_actions": True, "max_steps": 40, "max_steps_train": 40}},
-                               "num_envs": 8, "frames_per_batch": 64, "total_frames": 2560, "buffer_size": 10000,
-                               "batch_size": 32, "utd_ratio": 1, "init_random_frames": 64, "seed": 0}},
-        "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": 1, "enable_progress_bar": False,
-                    "enable_model_summary": False,
-                    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                               "init_args": {"save_dir": str(tmp_path), "name": "hockey"}},
-                    "callbacks": [
-                        {"class_path": "callbacks.PolicyEvaluation",
-                         "init_args": {"every_n_frames": every, "num_envs": 4, "max_steps": 40,
-                                       "settings": {"weak": {"mode": "NORMAL", "opponent": "weak"}}}},
-                        {"class_path": "callbacks.CurriculumPhases", "init_args": {"phases": phases}},
-                        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                         "init_args": {"every_n_train_steps": 10, "save_top_k": -1}}]},
-    }
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / "hockey.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return str(path)
+    return hockey_dqn_config(tmp_path, [
+        {"class_path": "callbacks.PolicyEvaluation",
+         "init_args": {"every_n_frames": every, "num_envs": 4, "max_steps": 40,
+                       "settings": {"weak": {"mode": "NORMAL", "opponent": "weak"}}}},
+        {"class_path": "callbacks.CurriculumPhases", "init_args": {"phases": phases}}])
 
 
 def _curriculum(cli) -> CurriculumPhases:

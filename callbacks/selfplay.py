@@ -1,0 +1,142 @@
+"""Self-play: a bounded pool of snapshots of the policy, drawn as opponents next to scripted ones."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import lightning as L
+import torch
+from tensordict import TensorDict
+from torch import Tensor
+from torchrl.envs import ExplorationType, set_exploration_type
+
+log = logging.getLogger(__name__)
+
+KINDS = ("self", "static", "weak", "strong")  # "self": a snapshot of the policy (the env's "policy" opponent)
+
+
+class SelfPlay(L.Callback):
+    """Every ``every_n_frames`` collected frames the current policy's weights join a pool of at most
+    ``pool_size`` snapshots (the oldest leaves). After every collected batch, each training env row draws
+    who it meets from its next episode on: ``self`` (a snapshot), or a scripted ``static`` / ``weak`` /
+    ``strong`` opponent, with the configured ``probabilities``; the snapshot the ``self`` rows meet is
+    drawn uniformly from the pool once per batch. Until the first snapshot exists, ``self`` draws go to
+    the scripted kinds in proportion to their probabilities. Snapshots play greedily
+    (``ExplorationType.DETERMINISTIC``), batched inside the env's step.
+
+    The env must offer ``set_opponent(kinds per row)`` and ``set_opponent_policy(callable)`` (the hockey
+    env). Pool, draw generator and schedule are in the checkpoint. Logged: ``selfplay/pool_size`` and
+    ``selfplay/share_<kind>`` (the kinds drawn for the batch). Runs the same on every rank (each rank's
+    envs draw from their own stream, seeded ``seed + rank``).
+
+    Args:
+        every_n_frames: snapshot interval in collected frames (all ranks).
+        pool_size: the most snapshots kept.
+        probabilities: ``{kind: p}`` over ``self``, ``static``, ``weak``, ``strong``, summing to 1.
+        seed: seed of the draws.
+        active: draw opponents (snapshots are taken either way); ``callbacks.CurriculumPhases`` switches
+            it per phase (``self_play: true``), so a curriculum can end in self-play.
+
+    Raises:
+        ValueError: a non-positive interval or pool size, an unknown kind, a negative probability or a sum
+            other than 1 (the message names the key); at the start of training, an env without opponents.
+    """
+
+    def __init__(self, every_n_frames: int = 100_000, pool_size: int = 10,
+                 probabilities: dict[str, float] | None = None, seed: int = 0, active: bool = True) -> None:
+        probabilities = dict(probabilities or {"self": 0.5, "weak": 0.25, "strong": 0.25})
+        if every_n_frames < 1 or pool_size < 1:
+            raise ValueError(f"SelfPlay: every_n_frames and pool_size must be >= 1, got {every_n_frames}, {pool_size}")
+        unknown = set(probabilities) - set(KINDS)
+        if unknown:
+            raise ValueError(f"SelfPlay.probabilities has unknown kinds {sorted(unknown)}: allowed {', '.join(KINDS)}")
+        if any(p < 0 for p in probabilities.values()) or abs(sum(probabilities.values()) - 1.0) > 1e-6:
+            raise ValueError(f"SelfPlay.probabilities={probabilities} must be >= 0 and sum to 1")
+        self.every_n_frames = every_n_frames
+        self.pool_size = pool_size
+        self.probabilities = probabilities
+        self.seed = seed
+        self.active = active
+        self.pool: list[dict[str, Tensor]] = []
+        self.next_frames = every_n_frames
+        self.drawn = dict.fromkeys(KINDS, 0)  # opponents drawn in this process (a statistic)
+        self._generator: torch.Generator | None = None
+        self._opponent = None  # a copy of the policy that plays the drawn snapshot
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        return {"pool": self.pool, "next_frames": self.next_frames, "active": self.active,
+                "generator": self._generator.get_state() if self._generator is not None else None}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.pool = list(state_dict["pool"])
+        self.next_frames = int(state_dict["next_frames"])
+        self.active = bool(state_dict.get("active", self.active))
+        self._saved_generator = state_dict.get("generator")
+
+    # ------------------------------------------------------------------ hooks
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        base = self._base(trainer)
+        if not (hasattr(base, "set_opponent") and hasattr(base, "set_opponent_policy")):
+            raise ValueError(f"SelfPlay needs an env with opponents (set_opponent, set_opponent_policy), "
+                             f"got {type(base).__name__}")
+        self._generator = torch.Generator().manual_seed(self.seed + trainer.global_rank)
+        saved = getattr(self, "_saved_generator", None)
+        if saved is not None:
+            self._generator.set_state(saved)
+        self._opponent = copy.deepcopy(pl_module.collector_policy).requires_grad_(False)
+        base.set_opponent_policy(self._play)
+        self._draw(trainer, pl_module)
+
+    def on_batch_collected(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: TensorDict) -> None:
+        frames = pl_module.collected_frames + batch.numel() * trainer.world_size  # counted after this hook
+        if frames >= self.next_frames:
+            while self.next_frames <= frames:
+                self.next_frames += self.every_n_frames
+            self.snapshot(pl_module)
+        self._draw(trainer, pl_module)
+
+    # ------------------------------------------------------------------ pool
+    def snapshot(self, pl_module: L.LightningModule) -> None:
+        """Add the current policy's weights to the pool (dropping the oldest beyond ``pool_size``)."""
+        self.pool.append({k: v.detach().clone() for k, v in pl_module.collector_policy.state_dict().items()})
+        del self.pool[:-self.pool_size]
+        log.info("self-play pool: %d snapshots at %d frames", len(self.pool), pl_module.collected_frames)
+
+    def draw_kinds(self, rows: int) -> list[str]:
+        """The opponent kinds of ``rows`` env rows, drawn with the configured probabilities (``self``
+        shared out to the scripted kinds while the pool is empty)."""
+        kinds = [k for k in KINDS if self.probabilities.get(k, 0.0) > 0 and (k != "self" or self.pool)]
+        if not kinds:
+            raise ValueError("SelfPlay: only 'self' has probability > 0 and the pool is still empty: give a scripted "
+                             "opponent some probability")
+        weights = torch.tensor([self.probabilities[k] for k in kinds], dtype=torch.float64)
+        picks = torch.multinomial(weights, rows, replacement=True, generator=self._generator)
+        return [kinds[i] for i in picks.tolist()]
+
+    def _draw(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.active:
+            return
+        base = self._base(trainer)
+        kinds = self.draw_kinds(base.batch_size[0])
+        if self.pool:
+            pick = int(torch.randint(len(self.pool), (1,), generator=self._generator))
+            self._opponent.load_state_dict(self.pool[pick])
+        base.set_opponent(["policy" if k == "self" else k for k in kinds])
+        for kind in kinds:
+            self.drawn[kind] += 1
+        pl_module.record("selfplay/pool_size", float(len(self.pool)))
+        for kind in KINDS:
+            pl_module.record(f"selfplay/share_{kind}", sum(k == kind for k in kinds) / len(kinds))
+
+    def _play(self, observation: Tensor) -> Tensor:
+        """The drawn snapshot's greedy action for opponent observations ``[k, F]``."""
+        td = TensorDict(observation=observation, batch_size=observation.shape[:1])
+        with set_exploration_type(ExplorationType.DETERMINISTIC):
+            return self._opponent(td)["action"]
+
+    @staticmethod
+    def _base(trainer: L.Trainer):
+        env = trainer.datamodule.env
+        return getattr(env, "base_env", env)
