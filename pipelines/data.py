@@ -357,9 +357,11 @@ class OffPolicyDataModule(RLDataModule):
             module = self.trainer.lightning_module if self.trainer is not None else None
             transform = module.replay_transform() if hasattr(module, "replay_transform") else None
             steps = self.frames_per_batch // self.num_envs
-            n_step = getattr(transform, "n_steps", 1)
-            _require(steps > n_step, f"data.frames_per_batch / data.num_envs = {steps} steps per env must exceed "
-                                     f"model.n_step={n_step} (the buffer's n-step transform holds n steps back)")
+            n_step = getattr(transform, "n_steps", 0)
+            # the n-step transform holds n steps back; TorchRL 0.14's 2-D storage fails on 1-step slices
+            _require(steps - n_step >= 2, f"data.frames_per_batch / data.num_envs = {steps} steps per env must be "
+                                          f">= model.n_step + 2 = {n_step + 2} (the buffer's n-step transform holds "
+                                          f"n steps back and TorchRL's 2-D storage needs slices of >= 2 steps)")
             sampler = (PrioritizedSampler(self.buffer_size, rows=rows, alpha=self.priority_alpha, beta=self.priority_beta)
                        if self.prioritized else None)
             self.buffer = TensorDictReplayBuffer(storage=store, sampler=sampler, batch_size=self.batch_size,
