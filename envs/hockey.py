@@ -372,9 +372,7 @@ class HockeyEnv(RowSeededEnv):
 
     def __init__(self, config: HockeyConfig, num_envs: int = 1, seed: int = 0,
                  device: torch.device | str = "cpu") -> None:
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        super().__init__(device=device, batch_size=torch.Size([num_envs]))
+        super().__init__(num_envs, device)  # checks num_envs >= 1
         self.config = config
         b, dev = num_envs, self.device
         f32 = {"dtype": torch.float32, "device": dev}

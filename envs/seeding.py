@@ -16,7 +16,18 @@ class RowSeededEnv(EnvBase):
         row_seed: int64 ``[B]``, ``seed + b``.
         episode: int64 ``[B]``, the index of the next episode each row draws (the subclass's ``_reset``
             increments it for the rows it resets).
+
+    Args:
+        num_envs: B, the batch size. device: torch device of the env.
+
+    Raises:
+        ValueError: ``num_envs < 1``.
     """
+
+    def __init__(self, num_envs: int, device: torch.device | str = "cpu") -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        super().__init__(device=device, batch_size=torch.Size([num_envs]))
 
     def _set_seed(self, seed: int | None) -> None:
         seed = 0 if seed is None else int(seed)

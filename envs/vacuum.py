@@ -198,9 +198,7 @@ class VacuumEnv(RowSeededEnv):
 
     def __init__(self, config: VacuumConfig, num_envs: int = 1, seed: int = 0,
                  device: torch.device | str = "cpu") -> None:
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        super().__init__(device=device, batch_size=torch.Size([num_envs]))
+        super().__init__(num_envs, device)  # checks num_envs >= 1
         self.config = config
         b, r, n, c = num_envs, config.num_robots, config.grid_size, config.num_cells
         dev = self.device

@@ -97,9 +97,7 @@ class DVRPEnv(RowSeededEnv):
 
     def __init__(self, config: DVRPConfig, num_envs: int = 1, seed: int = 0,
                  device: torch.device | str = "cpu") -> None:
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        super().__init__(device=device, batch_size=torch.Size([num_envs]))
+        super().__init__(num_envs, device)  # checks num_envs >= 1
         self.config = config
         b, n, m, k = num_envs, config.num_customers, config.num_vehicles, config.num_types
         s = config.max_shift

@@ -66,9 +66,7 @@ class VRPTWEnv(RowSeededEnv):
 
     def __init__(self, source: ProblemSource, num_envs: int = 1, seed: int = 0, unserved_penalty: float = 100.0,
                  early_return: bool = False, device: torch.device | str = "cpu") -> None:
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        super().__init__(device=device, batch_size=torch.Size([num_envs]))
+        super().__init__(num_envs, device)  # checks num_envs >= 1
         self.source = source
         self.unserved_penalty = unserved_penalty
         self.early_return = early_return
