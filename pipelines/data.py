@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator
-from functools import partial
 from typing import Literal
 
 import lightning as L
@@ -33,12 +32,13 @@ from jsonargparse.typing import PositiveInt
 from tensordict import TensorDict
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
-from torchrl.collectors import Collector, MultiSyncCollector
+from torchrl.collectors import Collector
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.envs import EnvBase
 
 from envs import EnvConfig, make_env
 from pipelines.replay import PrioritizedSampler
+from pipelines.workers import WorkerCollector
 
 
 _DONE_KEYS = ("done", "terminated", "truncated")
@@ -63,12 +63,13 @@ class RLDataModule(L.LightningDataModule):
         seed: seed of env row 0 on rank 0.
         device: device the env and collector run on.
         workers: 0 steps the ``num_envs`` envs as one batch in this process; N >= 1 runs them in N worker
-            processes of ``num_envs / N`` envs each (TorchRL ``MultiSyncCollector``; inference on CPU in the
-            workers, weights pushed before every collection). Row b of worker w is seeded like row
-            ``w * num_envs / N + b`` of the in-process env, so both collect the same episodes from the same
-            policy. A worker that dies stops the run with TorchRL's error. With workers, a resumed run
-            restarts the envs' episode streams from their seeds, and runtime env settings (curriculum,
-            self-play) are not available: they change the envs of this process only.
+            processes of ``num_envs / N`` envs each (:class:`pipelines.workers.WorkerCollector`: TorchRL
+            ``MultiSyncCollector``, inference on CPU in the workers, weights pushed before every collection).
+            Row b of worker w is seeded like row ``w * num_envs / N + b`` of the in-process env, so both
+            collect the same episodes from the same policy. A worker that dies stops the run with a
+            ``RuntimeError``. With workers, a resumed run restarts the envs' episode streams from their seeds,
+            and runtime env settings (curriculum phases, self-play opponents) are rejected: they change the
+            envs of this process only.
 
     Raises:
         ValueError: a non-positive size, or ``frames_per_batch`` not a multiple of ``num_envs``
@@ -93,7 +94,7 @@ class RLDataModule(L.LightningDataModule):
         self.device = device
         self.workers = int(workers)
         self.env: EnvBase | None = None
-        self._collector: Collector | None = None
+        self._collector: Collector | WorkerCollector | None = None
 
     # ------------------------------------------------------------------ envs
     @property
@@ -163,31 +164,19 @@ class RLDataModule(L.LightningDataModule):
             raise ValueError("the env has no embedding model (e.g. set data.init_args.env.init_args.flexibility)")
         model.load_state_dict(state_dict)
 
-    def collector(self) -> Collector:
+    def collector(self) -> Collector | WorkerCollector:
         """The collector (built on first use, so a restored checkpoint's env state is in place)."""
         if self._collector is None:
             policy = self.trainer.lightning_module.collector_policy
             if self.workers:
-                per, first = self.num_envs // self.workers, self.seed + self.rank * self.num_envs
-                make = [partial(make_env, self.env_config, per, first + w * per, "cpu") for w in range(self.workers)]
-                self._collector = MultiSyncCollector(make, policy, frames_per_batch=self.frames_per_batch,
-                                                     total_frames=-1, device="cpu", **self._collector_options())
+                self._collector = WorkerCollector(self.env_config, self.num_envs, self.workers,
+                                                  self.seed + self.rank * self.num_envs, policy,
+                                                  self.frames_per_batch, **self._collector_options())
             else:
                 self._collector = Collector(self.env, policy, frames_per_batch=self.frames_per_batch, total_frames=-1,
                                             device=self.device, auto_register_policy_transforms=False,
                                             trust_policy=True, **self._collector_options())
         return self._collector
-
-    def _check_workers(self) -> None:
-        """Raise if a rollout worker process has died.
-
-        Raises:
-            RuntimeError: names the worker, its pid and exit code.
-        """
-        for i, proc in enumerate(self._collector.procs):
-            if not proc.is_alive():
-                raise RuntimeError(f"rollout worker {i} (pid {proc.pid}) process failed with exit code {proc.exitcode}: "
-                                   f"the run stops (its last checkpoint is kept)")
 
     def _collector_options(self) -> dict:
         """Extra ``Collector`` arguments of a pipeline."""
@@ -228,12 +217,7 @@ class RLDataModule(L.LightningDataModule):
         module = self.trainer.lightning_module
         iterator = iter(self.collector())
         while module.collected_frames < self.total_frames:
-            if self.workers:
-                self._check_workers()  # a dead worker would make the weight push below wait forever
-                self._collector.update_policy_weights_()  # the workers act with the latest weights
             batch = next(iterator)
-            if self.workers:  # [workers, envs per worker, T] -> [B, T]
-                batch = batch.reshape(-1, batch.shape[-1])
             for callback in self.trainer.callbacks:
                 hook = getattr(callback, "on_batch_collected", None)
                 if hook is not None:
