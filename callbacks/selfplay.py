@@ -77,6 +77,8 @@ class SelfPlay(L.Callback):
 
     # ------------------------------------------------------------------ hooks
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if getattr(trainer.datamodule, "workers", 0):
+            raise ValueError("SelfPlay draws opponents in the training envs of this process: it needs data.workers: 0")
         base = self._base(trainer)
         if not (hasattr(base, "set_opponent") and hasattr(base, "set_opponent_policy")):
             raise ValueError(f"SelfPlay needs an env with opponents (set_opponent, set_opponent_policy), "

@@ -38,6 +38,7 @@ from torchrl.envs import EnvBase
 
 from envs import EnvConfig, make_env
 from pipelines.replay import PrioritizedSampler
+from pipelines.workers import WorkerCollector
 
 
 _DONE_KEYS = ("done", "terminated", "truncated")
@@ -61,6 +62,14 @@ class RLDataModule(L.LightningDataModule):
         total_frames: the run's budget in frames, summed over ranks.
         seed: seed of env row 0 on rank 0.
         device: device the env and collector run on.
+        workers: 0 steps the ``num_envs`` envs as one batch in this process; N >= 1 runs them in N worker
+            processes of ``num_envs / N`` envs each (:class:`pipelines.workers.WorkerCollector`: TorchRL
+            ``MultiSyncCollector``, inference on CPU in the workers, weights pushed before every collection).
+            Row b of worker w is seeded like row ``w * num_envs / N + b`` of the in-process env, so both
+            collect the same episodes from the same policy. A worker that dies stops the run with a
+            ``RuntimeError``. With workers, a resumed run restarts the envs' episode streams from their seeds,
+            and runtime env settings (curriculum phases, self-play opponents) are rejected: they change the
+            envs of this process only.
 
     Raises:
         ValueError: a non-positive size, or ``frames_per_batch`` not a multiple of ``num_envs``
@@ -68,8 +77,10 @@ class RLDataModule(L.LightningDataModule):
     """
 
     def __init__(self, env: EnvConfig, num_envs: PositiveInt = 64, frames_per_batch: PositiveInt = 1920,
-                 total_frames: PositiveInt = 1_000_000, seed: int = 0, device: str = "cpu") -> None:
+                 total_frames: PositiveInt = 1_000_000, seed: int = 0, device: str = "cpu", workers: int = 0) -> None:
         super().__init__()
+        _require(workers >= 0 and (workers == 0 or num_envs % workers == 0),
+                 f"data.workers={workers} is not allowed: 0 (envs in this process) or a divisor of data.num_envs={num_envs}")
         _require(num_envs >= 1, f"data.num_envs must be >= 1, got {num_envs}")
         _require(frames_per_batch >= 1, f"data.frames_per_batch must be >= 1, got {frames_per_batch}")
         _require(total_frames >= 1, f"data.total_frames must be >= 1, got {total_frames}")
@@ -81,8 +92,9 @@ class RLDataModule(L.LightningDataModule):
         self.total_frames = int(total_frames)
         self.seed = seed
         self.device = device
+        self.workers = int(workers)
         self.env: EnvBase | None = None
-        self._collector: Collector | None = None
+        self._collector: Collector | WorkerCollector | None = None
 
     # ------------------------------------------------------------------ envs
     @property
@@ -114,8 +126,11 @@ class RLDataModule(L.LightningDataModule):
         training env, or to ``env``, through its base env's ``configure(**settings)``.
 
         Raises:
-            ValueError: the env has no ``configure`` method, or rejects a setting.
+            ValueError: the env has no ``configure`` method, or rejects a setting, or the training envs run
+                in worker processes.
         """
+        _require(env is not None or not self.workers, f"runtime env settings {settings} need the training envs in "
+                                                     f"this process (data.workers: 0, got {self.workers})")
         env = self.env if env is None else env
         base = getattr(env, "base_env", env)
         if not hasattr(base, "configure"):
@@ -149,13 +164,18 @@ class RLDataModule(L.LightningDataModule):
             raise ValueError("the env has no embedding model (e.g. set data.init_args.env.init_args.flexibility)")
         model.load_state_dict(state_dict)
 
-    def collector(self) -> Collector:
+    def collector(self) -> Collector | WorkerCollector:
         """The collector (built on first use, so a restored checkpoint's env state is in place)."""
         if self._collector is None:
             policy = self.trainer.lightning_module.collector_policy
-            self._collector = Collector(self.env, policy, frames_per_batch=self.frames_per_batch, total_frames=-1,
-                                        device=self.device, auto_register_policy_transforms=False,
-                                        trust_policy=True, **self._collector_options())
+            if self.workers:
+                self._collector = WorkerCollector(self.env_config, self.num_envs, self.workers,
+                                                  self.seed + self.rank * self.num_envs, policy,
+                                                  self.frames_per_batch, **self._collector_options())
+            else:
+                self._collector = Collector(self.env, policy, frames_per_batch=self.frames_per_batch, total_frames=-1,
+                                            device=self.device, auto_register_policy_transforms=False,
+                                            trust_policy=True, **self._collector_options())
         return self._collector
 
     def _collector_options(self) -> dict:
@@ -173,7 +193,7 @@ class RLDataModule(L.LightningDataModule):
         the embedding model's weights."""
         state = {}
         base = getattr(self.env, "base_env", self.env)
-        if hasattr(base, "rng_state"):
+        if hasattr(base, "rng_state") and not self.workers:  # with workers the stepped envs live there
             state["env_rng"] = base.rng_state()
         if self.embedding_model() is not None:
             state["embedding_model"] = {k: v.detach().cpu().clone() for k, v in self.embedding_model().state_dict().items()}
@@ -265,8 +285,8 @@ class OnPolicyDataModule(RLDataModule):
 
     def __init__(self, env: EnvConfig, num_envs: PositiveInt = 64, frames_per_batch: PositiveInt = 1920,
                  total_frames: PositiveInt = 1_000_000, ppo_epochs: PositiveInt = 4,
-                 mini_batch_size: PositiveInt = 480, seed: int = 0, device: str = "cpu") -> None:
-        super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device)
+                 mini_batch_size: PositiveInt = 480, seed: int = 0, device: str = "cpu", workers: int = 0) -> None:
+        super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device, workers)
         _require(ppo_epochs >= 1, f"data.ppo_epochs must be >= 1, got {ppo_epochs}")
         _require(mini_batch_size >= 1 and frames_per_batch % mini_batch_size == 0,
                  f"data.frames_per_batch={frames_per_batch} must be a multiple of data.mini_batch_size={mini_batch_size}")
@@ -324,8 +344,8 @@ class OffPolicyDataModule(RLDataModule):
                  utd_ratio: PositiveInt = 1, init_random_frames: int = 1000,
                  storage: Literal["tensor", "memmap"] = "tensor", scratch_dir: str | None = None,
                  prioritized: bool = False, priority_alpha: float = 0.6, priority_beta: float = 0.4, seed: int = 0,
-                 device: str = "cpu") -> None:
-        super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device)
+                 device: str = "cpu", workers: int = 0) -> None:
+        super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device, workers)
         _require(buffer_size >= num_envs, f"data.buffer_size={buffer_size} must be >= data.num_envs={num_envs}")
         _require(batch_size >= 1, f"data.batch_size must be >= 1, got {batch_size}")
         _require(utd_ratio >= 1, f"data.utd_ratio must be >= 1, got {utd_ratio}")

@@ -1,0 +1,72 @@
+"""Rollout worker processes (``data.workers``): same seeds per row as in-process envs, different
+trajectories per worker, a dead worker stops the run with an error, and bad settings are rejected."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import lightning as L
+import pytest
+import torch
+
+from envs import make_env
+from pipelines.fit import main
+from tests.pipelines.conftest import REPO
+
+VACUUM = str(REPO / "configs" / "vacuum.yaml")
+SMALL = {"grid_size": 4, "num_robots": 2, "energy": [100, 100], "chargers": [], "max_steps": 10}
+
+
+class _Batches(L.Callback):
+    """Keeps the collected batches; optionally kills worker 0 after the ``kill_after``-th batch."""
+
+    def __init__(self, kill_after: int | None = None) -> None:
+        self.batches, self.kill_after = [], kill_after
+
+    def on_batch_collected(self, trainer, pl_module, batch) -> None:
+        self.batches.append(batch.clone())
+        if self.kill_after is not None and len(self.batches) == self.kill_after:
+            os.kill(trainer.datamodule._collector.procs[0].pid, signal.SIGKILL)
+
+
+def _fit(tmp_path, callback: L.Callback, *extra: str):
+    from modules.base import RLModule
+    from pipelines.data import RLDataModule
+    from pipelines.fit import FitCLI
+
+    env = json.dumps({"class_path": "envs.vacuum.VacuumConfig", "init_args": SMALL})
+    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                 save_config_callback=None, auto_configure_optimizers=False,
+                 args=["--config", VACUUM, "--trainer.enable_progress_bar=false", "--trainer.logger=false",
+                       f"--trainer.default_root_dir={tmp_path}", "--trainer.enable_checkpointing=false",
+                       "--trainer.callbacks=[]", f"--data.init_args.env={env}",
+                       "--model.init_args.network.init_args.num_agents=2", "--data.init_args.workers=2",
+                       "--data.init_args.total_frames=640", "--data.init_args.init_random_frames=128", *extra])
+    cli.trainer.callbacks.append(callback)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    return cli
+
+
+def test_workers_collect_the_rows_of_the_in_process_env_and_train(tmp_path):
+    batches = _Batches()
+    cli = _fit(tmp_path, batches)
+    assert cli.model.collected_frames == 640 and cli.trainer.global_step == (640 - 128) // 32
+    first = batches.batches[0]
+    assert first.shape == (8, 4)  # [num_envs, T]: worker 0's 4 rows, then worker 1's
+    # every row starts like the same row of one in-process env seeded alike: worker w's envs are rows
+    # w * 4 .. w * 4 + 3, with their own seeds (so the two workers' trajectories differ)
+    reference = make_env(cli.datamodule.env_config, 8, cli.datamodule.seed).reset()
+    assert torch.equal(first["observation"][:, 0], reference["observation"])
+    assert not torch.equal(first["observation"][:4], first["observation"][4:])
+
+
+def test_a_dead_worker_stops_the_run_with_an_error(tmp_path):
+    with pytest.raises(RuntimeError, match="process failed"):
+        _fit(tmp_path, _Batches(kill_after=2))
+
+
+def test_bad_worker_settings_are_rejected(tmp_path):
+    with pytest.raises(ValueError, match="data.workers=3"):
+        _fit(tmp_path, _Batches(), "--data.init_args.workers=3")
