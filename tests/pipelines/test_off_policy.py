@@ -70,8 +70,11 @@ def test_evaluate_works_for_a_gym_config(tmp_path, capsys):
 
 
 def test_too_few_steps_for_n_step_is_rejected(tmp_path):
-    with pytest.raises(ValueError, match="must exceed model.n_step=3"):
-        _run(tmp_path, "--data.init_args.frames_per_batch=12", "--data.init_args.total_frames=120")
+    # 4 envs: 16 frames = 4 steps per env, of which the 3-step transform stores 1 (TorchRL's 2-D storage
+    # fails on 1-step slices); 20 frames = 5 steps store 2 and train
+    with pytest.raises(ValueError, match=r"must be >= model.n_step \+ 2 = 5"):
+        _run(tmp_path, "--data.init_args.frames_per_batch=16", "--data.init_args.total_frames=160")
+    _run(tmp_path, "--data.init_args.frames_per_batch=20", "--data.init_args.total_frames=600")
 
 
 def test_prioritized_sampler_draws_and_weights_by_priority():

@@ -70,3 +70,10 @@ def test_a_dead_worker_stops_the_run_with_an_error(tmp_path):
 def test_bad_worker_settings_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="data.workers=3"):
         _fit(tmp_path, _Batches(), "--data.init_args.workers=3")
+
+
+def test_self_play_with_workers_is_rejected(tmp_path):
+    from callbacks import SelfPlay
+
+    with pytest.raises(ValueError, match="data.workers: 0"):
+        _fit(tmp_path, SelfPlay(every_n_frames=64))
