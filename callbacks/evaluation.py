@@ -1,4 +1,4 @@
-"""Periodic evaluation of the deterministic policy on its own seeded envs, with a route plot."""
+"""Periodic evaluation of the deterministic policy on its own seeded envs, with a route plot or game frame strip."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ class PolicyEvaluation(L.Callback):
     ``num_envs`` evaluation envs (seeds ``seed, seed + 1, ...``, the same episodes every time) with
     the deterministic policy and log ``eval/episode_return`` and the env's ``report`` entries
     (``eval/<name>``). Envs that can draw their plan (``render_routes``) log row 0's as the image
-    ``eval/routes``. Runs on global rank 0 only; its schedule is in the checkpoint.
+    ``eval/routes``; envs that can draw a game (``render_game``, the hockey env) log a frame strip of row 0's
+    first game as ``eval[/<name>]/game``. Runs on global rank 0 only; its schedule is in the checkpoint.
 
     With ``save_best``, an evaluation whose return beats every earlier one saves the run at that moment
     as ``best.ckpt`` beside the other checkpoints (the ``ModelCheckpoint``'s folder, else
@@ -106,7 +107,7 @@ class PolicyEvaluation(L.Callback):
                 if settings:
                     trainer.datamodule.configure_env(settings, self._envs[name])
             prefix = "eval/" if name is None else f"eval/{name}/"
-            metrics.update({prefix + k: v for k, v in self._play(self._envs[name], pl_module).items()})
+            metrics.update({prefix + k: v for k, v in self._play(self._envs[name], pl_module, prefix).items()})
         pl_module.train(was_training)
         self.history.append({"frames": float(pl_module.collected_frames), **metrics})
         for logger in pl_module.loggers:
@@ -114,9 +115,10 @@ class PolicyEvaluation(L.Callback):
         log.info("evaluation at %d frames: %s", pl_module.collected_frames, metrics)
         return metrics
 
-    def _play(self, env, pl_module: L.LightningModule) -> dict[str, float]:
+    def _play(self, env, pl_module: L.LightningModule, prefix: str = "eval/") -> dict[str, float]:
         """The first episode of every row of ``env`` (seeded ``seed`` again): mean return and report entries
-        (keys without the ``eval/`` prefix); an env that draws its plan logs row 0's route image."""
+        (keys without the ``eval/`` prefix); an env that draws its plan logs row 0's route image, an env
+        that draws games (``render_game``) a frame strip of row 0's first game as ``<prefix>game``."""
         env.set_seed(self.seed)
         with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
             rollout = env.rollout(self.max_steps, pl_module.collector_policy, break_when_any_done=False,
@@ -130,10 +132,15 @@ class PolicyEvaluation(L.Callback):
             for key, value in rollout["next", "report"].items():
                 metrics[key] = value[first].float().mean().item()
         base = getattr(env, "base_env", env)
+        images = {}
         if hasattr(base, "render_routes") and bool(done[:, -1].all()):
-            image = base.render_routes(0)
+            images["eval/routes"] = base.render_routes(0)
+        if hasattr(base, "render_game") and bool(done[0].any()):
+            end = int(done[0].nonzero()[0]) + 1  # row 0's first game
+            images[prefix + "game"] = base.render_game(rollout["observation"][0, :end])
+        for tag, image in images.items():
             for logger in pl_module.loggers:
                 if hasattr(logger.experiment, "add_image"):
-                    logger.experiment.add_image("eval/routes", np.ascontiguousarray(image), pl_module.collected_frames,
+                    logger.experiment.add_image(tag, np.ascontiguousarray(image), pl_module.collected_frames,
                                                 dataformats="HWC")
         return metrics

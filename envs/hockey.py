@@ -47,6 +47,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+import numpy as np
 import torch
 from tensordict import TensorDict
 from torch import Tensor
@@ -248,6 +249,10 @@ class HockeyConfig(EnvConfig):
     Raises:
         ValueError: a key out of its allowed range; the message names the key (``env.<key>``) and what is allowed.
     """
+
+    evaluation_settings = {"weak": {"mode": "NORMAL", "opponent": "weak"},
+                           "strong": {"mode": "NORMAL", "opponent": "strong"}}
+    outcome_keys = ("win", "draw", "loss")
 
     def __init__(
         self,
@@ -460,6 +465,14 @@ class HockeyEnv(RowSeededEnv):
             codes = codes.expand(n)
         _require(codes.shape[0] == n, key, value, f"one value, or one per selected row ({n})")
         return codes
+
+    @staticmethod
+    def render_game(observation: Tensor, frames: int = 8) -> np.ndarray:
+        """A frame strip of one game from its ``observation`` ``[T, 18]`` (:func:`envs.hockey_render.render_game`;
+        ``callbacks.PolicyEvaluation`` logs it as a TensorBoard image)."""
+        from envs.hockey_render import render_game
+
+        return render_game(observation, frames)
 
     def configure(self, mode: Mode | None = None, opponent: str | None = None, **shaping: float) -> None:
         """Runtime settings of every row (the protocol ``callbacks.CurriculumPhases`` and

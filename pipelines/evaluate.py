@@ -1,7 +1,9 @@
 """Evaluate a trained policy: on DVRP configs against the scripted baselines on the same seeded
 episodes; on any other config, against the uniform random policy (``{policy: {mean_return, return_se,
 mean_<report>}, random: {...}}`` as the last stdout line, with every ``report`` entry the env gives at
-the end of an episode; ``--policies`` without ``random`` leaves that row out).
+the end of an episode; ``--policies`` without ``random`` leaves that row out). Envs with evaluation
+settings (hockey: the weak and strong opponents; ``--settings`` to choose others) get one row per setting,
+``{policy: {weak: {mean_return, win_rate, draw_rate, loss_rate, ...}, strong: {...}}, random: {...}}``.
 
     python -m pipelines.evaluate --config configs/dvrp.yaml --ckpt_path CKPT [--episodes 256]
         [--instances GLOB] [--routes_out FILE] [--pyvrp_episodes K] [--seed S] [dotted overrides]
@@ -97,13 +99,23 @@ def play(config: DVRPConfig, make_policy, episodes: int, num_envs: int, seed: in
     return result
 
 
-def play_any(config: EnvConfig, policy, episodes: int, num_envs: int, seed: int) -> dict[str, torch.Tensor]:
+def play_any(config: EnvConfig, policy, episodes: int, num_envs: int, seed: int,
+             settings: dict | None = None) -> dict[str, torch.Tensor]:
     """Play the first ``ceil(episodes / num_envs)`` episodes of every row of ``config``'s env (seeds
-    ``seed, seed + 1, ...``) with ``policy`` (deterministic); returns per-episode ``return`` (a
-    multi-agent env's: summed over agents, and per agent as ``agent<i>_return``) and every ``report``
-    entry of the env at the episode's end (a per-agent entry: its mean, and per agent as
-    ``agent<i>_<key>``), ``[episodes]`` each (rows in order)."""
+    ``seed, seed + 1, ...``; ``settings`` applied through the env's ``configure`` first) with ``policy``
+    (deterministic); returns per-episode ``return`` (a multi-agent env's: summed over agents, and per
+    agent as ``agent<i>_return``) and every ``report`` entry of the env at the episode's end (a per-agent
+    entry: its mean, and per agent as ``agent<i>_<key>``), ``[episodes]`` each (rows in order).
+
+    Raises:
+        ValueError: ``settings`` for an env without ``configure``, or settings it rejects.
+    """
     env = make_env(config, num_envs, seed)
+    if settings:
+        base = getattr(env, "base_env", env)
+        if not hasattr(base, "configure"):
+            raise ValueError(f"evaluation settings {settings} need an env with configure(), got {type(base).__name__}")
+        base.configure(**settings)
     per_row = -(-episodes // num_envs)
     counts = torch.zeros(num_envs, dtype=torch.long)
     out: dict[str, list] = {}
@@ -149,23 +161,34 @@ class UniformRandomPolicy:
 
 
 def evaluate_any(model: RLModule, data: RLDataModule, name: str, episodes: int, num_envs: int,
-                 seed: int, random: bool = True) -> dict[str, dict[str, float]]:
+                 seed: int, random: bool = True, settings: dict[str, dict] | None = None) -> dict:
     """The trained policy on any env config, and with ``random`` the uniform random policy on the same
-    episodes: prints ``{name: {mean_return, return_se, <report means>}, random: {...}}`` as the last
-    stdout line and returns it."""
+    episodes. Prints ``{name: row, random: row}`` as the last stdout line and returns it; a row is
+    ``{mean_return, return_se, mean_<report key>, <outcome key>_rate}``. With ``settings`` (default: the
+    env config's ``evaluation_settings``, e.g. the hockey opponents) each policy gets one row per setting:
+    ``{name: {setting: row}, ...}``."""
+    settings = data.env_config.evaluation_settings if settings is None else settings
     policies = {name: model.collector_policy}
     if random:
         policies["random"] = UniformRandomPolicy(data.env.action_spec_unbatched)
+    outcomes = data.env_config.outcome_keys
     table = {}
     for label, policy in policies.items():
-        torch.manual_seed(seed)  # the random policy draws from the global generator: the same draws every time
-        result = play_any(data.env_config, policy, episodes, num_envs, seed)
-        r = result["return"]
-        row = {"mean_return": r.mean().item(), "return_se": (r.std() / math.sqrt(r.numel())).item()}
-        row.update({f"mean_{k}": v.mean().item() for k, v in result.items() if k != "return"})
-        print(f"{r.numel()} episodes, seed {seed}: {label} return {row['mean_return']:.2f} ± {row['return_se']:.2f}, "
-              + ", ".join(f"{k} {v:.3f}" for k, v in row.items() if k.startswith("mean_") and k != "mean_return"))
-        table[label] = row
+        for setting, values in (settings or {None: None}).items():
+            torch.manual_seed(seed)  # the random policy draws from the global generator: the same draws every time
+            result = play_any(data.env_config, policy, episodes, num_envs, seed, values)
+            r = result["return"]
+            row = {"mean_return": r.mean().item(), "return_se": (r.std() / math.sqrt(r.numel())).item()}
+            row.update({f"{k}_rate" if k in outcomes else f"mean_{k}": v.mean().item()
+                        for k, v in result.items() if k != "return"})
+            where = f" vs {setting}" if setting else ""
+            print(f"{r.numel()} episodes, seed {seed}: {label}{where} return {row['mean_return']:.2f} ± "
+                  f"{row['return_se']:.2f}, " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()
+                                                           if k not in ("mean_return", "return_se")))
+            if setting is None:
+                table[label] = row
+            else:
+                table.setdefault(label, {})[setting] = row
     print(json.dumps(table))
     sys.stdout.flush()
     return table
@@ -193,6 +216,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser.add_argument("--pyvrp_episodes", type=int, default=0, help="re-solve this many episodes per policy with PyVRP")
     parser.add_argument("--pyvrp_seconds", type=float, default=1.0, help="PyVRP time per episode")
     parser.add_argument("--num_threads", type=int, default=1)
+    parser.add_argument("--settings", type=json.loads, default=None,
+                        help='JSON {name: env settings}: one row per setting (default: the env\'s evaluation_settings, '
+                             'e.g. {"weak": {"mode": "NORMAL", "opponent": "weak"}, ...} on hockey); {} for one row')
     parser.add_argument("--compare_config", action="append", default=None, help="config(s) of a second run")
     parser.add_argument("--compare_ckpt", default=None, help="checkpoint of a second run, played on the same episodes")
     args, overrides = parser.parse_known_args(argv)
@@ -211,7 +237,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     name = type(model).__name__.removesuffix("Module").lower()
     if not isinstance(data.env_config, DVRPConfig):
         return evaluate_any(model, data, name, args.episodes, min(args.num_envs, args.episodes), args.seed,
-                            random="random" in args.policies)
+                            random="random" in args.policies, settings=args.settings)
     num_envs = min(args.num_envs, args.episodes)
     keep = args.routes_out is not None or args.pyvrp_episodes > 0
     results = {name: play(data.env_config, lambda env: model.collector_policy, args.episodes, num_envs, args.seed, keep)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -28,6 +29,8 @@ from envs.hockey import (
     PUCK_DAMPING,
     RESTITUTION,
     SHOT_SPEED,
+    TABLE_HALF_LENGTH,
+    TABLE_HALF_WIDTH,
     ZONE,
     BasicOpponent,
     HockeyConfig,
@@ -459,3 +462,22 @@ def test_defaults_follow_the_original():
     cfg = HockeyConfig()
     assert (cfg.mode, cfg.opponent, cfg.max_steps, cfg.max_steps_train, cfg.r_win) == ("NORMAL", "weak", 250, 80, 10.0)
     assert math.isclose(GOAL_X, 232 / 60) and MAX_TIME_KEEP_PUCK == 15
+
+
+def test_render_game_draws_the_players_and_puck_where_the_observation_puts_them():
+    from envs.hockey_render import _AGENT, _OPPONENT, _PUCK, render_game
+
+    env = make_env(HockeyConfig(), 1, 0)
+    observation = torch.stack([env.reset()["observation"][0]] * 3)
+    observation[:, 12:14] = torch.tensor([1.0, -2.0])  # the puck at (1, -2) m
+    strip = render_game(observation, frames=3, pixels_per_metre=10)
+    height, width = 67, 78  # the 7.83 x 6.67 m table at 10 px/m
+    assert strip.shape == (height, 3 * (width + 2) - 2, 3) and strip.dtype == np.uint8
+
+    def pixel(x, y, frame=0):  # metres -> the pixel of that point in snapshot ``frame``
+        return tuple(strip[int((TABLE_HALF_WIDTH - y) * 10), frame * (width + 2) + int((x + TABLE_HALF_LENGTH) * 10)])
+
+    agent, opponent = observation[0, 0:2].tolist(), observation[0, 6:8].tolist()
+    assert pixel(*agent) == _AGENT and pixel(*opponent) == _OPPONENT and pixel(1.0, -2.0, frame=2) == _PUCK
+    with pytest.raises(ValueError, match="observation"):
+        render_game(observation[:, :5])

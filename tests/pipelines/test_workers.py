@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from envs import make_env
-from pipelines.fit import main
 from tests.pipelines.conftest import REPO
 
 VACUUM = str(REPO / "configs" / "vacuum.yaml")

@@ -1,0 +1,62 @@
+"""A frame strip of one hockey game, drawn from the agent's observations (for TensorBoard images)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from envs.hockey import (
+    GOAL_HALF_WIDTH,
+    PLAYER_RADIUS,
+    PUCK_RADIUS,
+    TABLE_HALF_LENGTH,
+    TABLE_HALF_WIDTH,
+)
+
+_TABLE = (235, 235, 225)
+_GOAL = (90, 90, 90)
+_AGENT = (200, 40, 40)  # player 1, the agent, on the left (x < 0)
+_OPPONENT = (40, 70, 200)
+_PUCK = (20, 20, 20)
+_GAP = (255, 255, 255)
+
+
+def render_game(observation: Tensor, frames: int = 8, pixels_per_metre: float = 16.0) -> np.ndarray:
+    """``frames`` snapshots of one game, evenly spaced from its first to its last step, side by side.
+
+    Args:
+        observation: ``[T, 18]`` the agent's observations of the game's steps (layout of
+            :class:`envs.hockey.HockeyEnv`: own position ``[0:2]``, the other player's ``[6:8]``, the puck's
+            ``[12:14]``, table-centred metres).
+        frames: snapshots in the strip (at most T).
+        pixels_per_metre: scale of a snapshot (16: 125 x 107 pixels).
+
+    Returns:
+        ``[H, frames * (W + 2) - 2, 3]`` uint8 RGB: the table, the goal mouths at both ends, the agent's paddle
+        red, the opponent's blue, the puck black.
+
+    Raises:
+        ValueError: ``observation`` is not ``[T, 18]`` with T >= 1, or ``frames`` < 1.
+    """
+    if observation.ndim != 2 or observation.shape[0] < 1 or observation.shape[1] != 18 or frames < 1:
+        raise ValueError(f"render_game needs observation [T >= 1, 18] and frames >= 1, got "
+                         f"{tuple(observation.shape)} and {frames}")
+    steps = torch.linspace(0, observation.shape[0] - 1, min(frames, observation.shape[0])).round().long()
+    width, height = round(2 * TABLE_HALF_LENGTH * pixels_per_metre), round(2 * TABLE_HALF_WIDTH * pixels_per_metre)
+    x = (torch.arange(width) + 0.5) / pixels_per_metre - TABLE_HALF_LENGTH  # pixel centres, metres
+    y = TABLE_HALF_WIDTH - (torch.arange(height) + 0.5) / pixels_per_metre  # row 0 at the top (+y)
+    gx, gy = x.expand(height, width), y[:, None].expand(height, width)
+    goal = (gy.abs() < GOAL_HALF_WIDTH) & (gx.abs() > TABLE_HALF_LENGTH - 2.0 / pixels_per_metre)
+    snapshots = []
+    for t in steps.tolist():
+        obs = observation[t].float().cpu()
+        image = torch.tensor(_TABLE, dtype=torch.uint8).expand(height, width, 3).clone()
+        image[goal] = torch.tensor(_GOAL, dtype=torch.uint8)
+        for (px, py), radius, colour in (((obs[0], obs[1]), PLAYER_RADIUS, _AGENT),
+                                         ((obs[6], obs[7]), PLAYER_RADIUS, _OPPONENT),
+                                         ((obs[12], obs[13]), PUCK_RADIUS, _PUCK)):
+            image[(gx - px) ** 2 + (gy - py) ** 2 <= radius ** 2] = torch.tensor(colour, dtype=torch.uint8)
+        snapshots.append(image)
+        snapshots.append(torch.tensor(_GAP, dtype=torch.uint8).expand(height, 2, 3))
+    return np.ascontiguousarray(torch.cat(snapshots[:-1], dim=1).numpy())
