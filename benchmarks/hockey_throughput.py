@@ -8,8 +8,14 @@ step with both observations, report and the partial resets of the rows that are 
 calls. A frame is one env step of one row (B frames per batched step). Also printed: the raw ``_step`` alone,
 and ``make_env_steps_per_s``: the same timed ``step_and_maybe_reset`` on ``envs.make_env``'s env (the bare env
 plus ``RewardSum``), which is what the pipeline's collector steps. Goal: >= 1,000,000 frames/s at B = 4096.
-Prints one JSON object (last stdout line):
-``{"env_steps_per_s": {"8": ..., "256": ..., "4096": ...}, "make_env_steps_per_s": {...}, "raw_step": {...}, ...}``.
+
+SAC fit (``--fit_frames`` > 0): ``configs/hockey_sac.yaml``'s model and data settings (16 envs, 64 frames per
+batch, 16 updates of 256 transitions per batch, 2 x 256 MLPs) in its first curriculum phase (TRAIN_SHOOTING),
+no callbacks, ``--fit_frames`` frames after a 2,048-frame random warm-up; ``sac_fit`` gives collected frames/s
+and updates/s of the timed part and ``fit_vs_env_16``, its frames/s over the env-only frames/s at B = 16
+measured in this run (the share of the time the learner leaves to the env). Prints one JSON object (last
+stdout line): ``{"env_steps_per_s": {"8": ..., "256": ..., "4096": ...}, "make_env_steps_per_s": {...},
+"raw_step": {...}, "sac_fit": {...}, ...}``.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import os
 import resource
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -26,8 +33,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.fit_timing import timed_fit
 from envs import make_env
 from envs.hockey import HockeyConfig
+
+SAC_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "hockey_sac.yaml")
 
 
 def measure(batch_size: int, steps: int, opponent: str, warmup: int = 50, transformed: bool = False) -> dict[str, float]:
@@ -59,12 +69,25 @@ def measure(batch_size: int, steps: int, opponent: str, warmup: int = 50, transf
             "episodes": episodes}
 
 
+def sac_fit(frames: int, warmup: int = 2048) -> dict[str, float]:
+    """Frames/s and updates/s of ``configs/hockey_sac.yaml`` in TRAIN_SHOOTING (see the module note)."""
+    env = {"class_path": "envs.hockey.HockeyConfig", "init_args": {"mode": "TRAIN_SHOOTING", "opponent": "static"}}
+    with tempfile.TemporaryDirectory() as folder:
+        timing, _ = timed_fit(["--config", SAC_CONFIG, "--trainer.enable_progress_bar=false", "--trainer.logger=false",
+                               f"--trainer.default_root_dir={folder}", "--trainer.enable_checkpointing=false",
+                               "--trainer.callbacks=[]", f"--data.init_args.env={json.dumps(env)}",
+                               f"--data.init_args.init_random_frames={warmup}",
+                               f"--data.init_args.total_frames={warmup + frames}"])
+    return {k: round(v, 1) for k, v in timing.items() if k != "episodes_per_min"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch_sizes", type=int, nargs="+", default=[8, 256, 4096])
     parser.add_argument("--steps", type=int, default=300, help="timed batched steps per batch size")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--opponent", default="weak", choices=["static", "weak", "strong"])
+    parser.add_argument("--fit_frames", type=int, default=16_384, help="timed SAC fit frames (0: no fit)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     results, wrapped = {}, {}
@@ -75,12 +98,20 @@ def main() -> None:
         print(f"B={b:5d}: {r['env_steps_per_s']:12,.0f} frames/s step_and_maybe_reset ({r['ms_per_step']:.3f} ms/step, "
               f"{r['episodes']} episodes ended); {r['raw_step']:12,.0f} raw _step; "
               f"{wrapped[b]['env_steps_per_s']:12,.0f} through make_env")
+    fit = {}
+    if args.fit_frames > 0:
+        fit = sac_fit(args.fit_frames)
+        fit["fit_vs_env_16"] = round(fit["frames_per_s"] / measure(16, args.steps, "static", transformed=True)
+                                     ["env_steps_per_s"], 4)
+        print(f"SAC fit: {fit['frames_per_s']:,.0f} frames/s, {fit['updates_per_s']:.1f} updates/s "
+              f"({fit['frames']:.0f} frames, {fit['updates']:.0f} updates in {fit['seconds']:.0f} s)")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak:.0f} MB, {args.threads} thread(s), load average {os.getloadavg()[0]:.2f}")
     print(json.dumps({
         "env_steps_per_s": {str(b): round(r["env_steps_per_s"]) for b, r in results.items()},
         "make_env_steps_per_s": {str(b): round(r["env_steps_per_s"]) for b, r in wrapped.items()},
         "raw_step": {str(b): round(r["raw_step"]) for b, r in results.items()},
+        "sac_fit": fit,
         "goal_4096": 1_000_000,
         "opponent": args.opponent,
         "peak_rss_mb": round(peak, 1),

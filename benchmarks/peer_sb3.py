@@ -1,7 +1,8 @@
-"""Peer benchmark: the same DQN run here and in Stable-Baselines3, in one command.
+"""Peer benchmark: the same DQN or SAC run here and in Stable-Baselines3, in one command.
 
     python benchmarks/peer_sb3.py [--config configs/cartpole_dqn.yaml] [--total_frames N] [--episodes 32]
         [--seed S] [--eval_seed S] [--quick]
+    python benchmarks/peer_sb3.py --config configs/pendulum_sac.yaml    # SAC on Pendulum-v1
 
 Needs the ``bench`` extra (``pip install -e .[bench]``: stable-baselines3). Each trainer runs in its own
 spawned process with ``torch.set_num_threads(1)``, so peak memory (``ru_maxrss`` of that process) and
@@ -9,8 +10,9 @@ thread settings are per trainer:
 
 * ours: ``pipelines.fit.main`` on a temporary copy of the config without logger, checkpoints,
   progress bar and evaluation callbacks (only ``callbacks.EpsilonDecay`` is kept);
-* SB3: ``stable_baselines3.DQN`` with hyper-parameters read from the same YAML (:func:`sb3_hyperparameters`
-  documents the mapping; settings SB3's DQN cannot mirror stop the script).
+* SB3: ``stable_baselines3.DQN`` or ``SAC`` (by the config's model) with hyper-parameters read from the same
+  YAML (:func:`dqn_hyperparameters` and :func:`sac_hyperparameters` document the mappings; settings SB3
+  cannot mirror stop the script).
 
 ``steps_per_s`` is collected env frames over the wall time of building the trainer plus the whole
 training (imports and evaluation excluded); ``ratio`` is ours / SB3. Both trained policies are then
@@ -62,6 +64,65 @@ def resolve(spec: dict) -> dict:
 
 
 def sb3_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dict, list[str]]:
+    """SB3 keyword arguments (with ``algorithm``, ``env_id``, ``n_envs``, ``total_timesteps``, ``seed``) and the
+    known differences, for a DQN or SAC config of this framework.
+
+    Raises:
+        ValueError: another model, or a setting SB3 cannot mirror (the message names it).
+    """
+    model_class = config["model"]["class_path"]
+    if model_class.endswith("SACModule"):
+        return sac_hyperparameters(config, total_frames, seed)
+    if model_class.endswith("DQNModule"):
+        return dqn_hyperparameters(config, total_frames, seed)
+    raise ValueError(f"model {model_class} has no SB3 peer here: modules.dqn.DQNModule or modules.sac.SACModule")
+
+
+def sac_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dict, list[str]]:
+    """SB3 ``SAC`` keyword arguments for a SAC config of this framework, and the known differences.
+
+    Mapping (ours -> SB3; B = ``num_envs``, F = ``frames_per_batch``, U = ``utd_ratio``): F / B ->
+    ``train_freq``, U -> ``gradient_steps`` (U updates after every F frames in both); ``init_random_frames``
+    -> ``learning_starts``; ``actor_lr`` = ``critic_lr`` = ``alpha_lr`` -> ``learning_rate``; ``alpha_init`` ->
+    ``ent_coef="auto_<alpha_init>"`` (learned; target entropy -dim(A) in both) or, with ``fixed_alpha``, the
+    number; ``tau``, ``gamma``, ``batch_size``, ``buffer_size``, ``num_qvalue_nets`` -> ``n_critics``,
+    ``actor_hidden_dims`` / ``critic_hidden_dims`` -> ``policy_kwargs.net_arch`` (``pi`` / ``qf``, ReLU MLPs),
+    seed.
+
+    Raises:
+        ValueError: a setting SB3's SAC cannot mirror (the message names it).
+    """
+    model, data = resolve(config["model"]), resolve(config["data"])
+    network, env = resolve(model["network"]), resolve(data["env"])
+    problems = []
+    if not (model["actor_lr"] == model["critic_lr"] == model["alpha_lr"]):
+        problems.append("model.actor_lr, critic_lr and alpha_lr must be equal (SB3's SAC has one learning_rate)")
+    if not data["env"]["class_path"].endswith("GymConfig"):
+        problems.append(f"env {data['env']['class_path']} (needs envs.gym.GymConfig: a gymnasium id)")
+    if problems:
+        raise ValueError("the config has settings SB3's SAC cannot mirror: " + "; ".join(problems))
+    num_envs, frames = data["num_envs"], data["frames_per_batch"]
+    hp = {
+        "algorithm": "SAC", "env_id": env["env_id"], "n_envs": num_envs, "total_timesteps": total_frames, "seed": seed,
+        "learning_rate": model["actor_lr"], "buffer_size": data["buffer_size"],
+        "learning_starts": data["init_random_frames"], "batch_size": data["batch_size"], "tau": model["tau"],
+        "gamma": model["gamma"], "train_freq": frames // num_envs, "gradient_steps": data["utd_ratio"],
+        "ent_coef": model["alpha_init"] if model["fixed_alpha"] else f"auto_{model['alpha_init']}",
+        "policy_kwargs": {"net_arch": {"pi": list(network["actor_hidden_dims"]), "qf": list(network["critic_hidden_dims"])},
+                          "n_critics": model["num_qvalue_nets"]},
+    }
+    random_frames = -(-data["init_random_frames"] // frames) * frames
+    caveats = [
+        f"ours acts randomly for whole collected batches: {random_frames} frames vs SB3's {data['init_random_frames']}",
+        f"ours clips the gradient norm at {model['max_grad_norm']}; SB3's SAC does not clip",
+        "ours takes one Adam step on the summed actor, critic and temperature losses (per-part learning rates); "
+        "SB3 steps them one after the other, the actor seeing the updated critic",
+        "both evaluate the final policy (the config's PolicyEvaluation / best.ckpt is left out)",
+    ]
+    return hp, caveats
+
+
+def dqn_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dict, list[str]]:
     """SB3 ``DQN`` keyword arguments for a DQN config of this framework, and the known differences.
 
     Mapping (ours -> SB3; B = ``num_envs``, F = ``frames_per_batch``, U = ``utd_ratio``):
@@ -110,7 +171,7 @@ def sb3_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
     num_envs, frames, utd = data["num_envs"], data["frames_per_batch"], data["utd_ratio"]
     k = model["target_update_interval"]
     hp = {
-        "env_id": env["env_id"], "n_envs": num_envs, "total_timesteps": total_frames, "seed": seed,
+        "algorithm": "DQN", "env_id": env["env_id"], "n_envs": num_envs, "total_timesteps": total_frames, "seed": seed,
         "learning_rate": model["lr"], "buffer_size": data["buffer_size"], "learning_starts": data["init_random_frames"],
         "batch_size": data["batch_size"], "tau": 1.0, "gamma": model["gamma"], "train_freq": frames // num_envs,
         "gradient_steps": utd, "n_steps": model["n_step"], "target_update_interval": max(1, round(k * frames / utd)),
@@ -172,33 +233,38 @@ def train_ours(config: dict, total_frames: int, seed: int, episodes: int, eval_s
     frames = model.collected_frames
     return {"frames": frames, "updates": cli.trainer.global_step, "wall_s": wall, "steps_per_s": frames / wall,
             "peak_rss_mb": peak, **summarise(returns), "eval_episodes": returns.numel(),
-            "eval_s": time.perf_counter() - start, "final_epsilon": model.epsilon()}
+            "eval_s": time.perf_counter() - start,
+            **({"final_epsilon": model.epsilon()} if hasattr(model, "epsilon") else {})}
 
 
 class SB3Policy:
-    """An SB3 model as a TensorDict policy for ``play_any``: greedy ``action`` ``[B]`` from ``observation``."""
+    """An SB3 model as a TensorDict policy for ``play_any``: greedy ``action`` from ``observation``
+    (int64 ``[B]`` for a discrete action space, float32 ``[B, A]`` for a box)."""
 
     def __init__(self, model) -> None:
         self.model = model
 
     def __call__(self, td):
         action, _ = self.model.predict(td["observation"].cpu().numpy(), deterministic=True)
-        td["action"] = torch.as_tensor(action, dtype=torch.int64).reshape(td.batch_size)
+        action = torch.as_tensor(action)
+        action = action.long() if not action.is_floating_point() else action.float()
+        td["action"] = action.reshape(*td.batch_size, *action.shape[1:])
         return td
 
 
 def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int) -> dict:
-    """Train SB3's DQN with ``hp`` and play its greedy policy on ``env_spec``; runs in its own process."""
+    """Train SB3's DQN or SAC (``hp["algorithm"]``) with ``hp`` and play its greedy policy on ``env_spec``; runs
+    in its own process."""
     torch.set_num_threads(1)
     import stable_baselines3  # optional dependency (the bench extra)
-    from stable_baselines3 import DQN
     from stable_baselines3.common.env_util import make_vec_env
 
     hp = dict(hp)
+    algorithm = getattr(stable_baselines3, hp.pop("algorithm"))
     env_id, n_envs, total, seed = hp.pop("env_id"), hp.pop("n_envs"), hp.pop("total_timesteps"), hp.pop("seed")
     start = time.perf_counter()
     env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
-    model = DQN("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **hp)
+    model = algorithm("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **hp)
     model.learn(total_timesteps=total)
     wall = time.perf_counter() - start
     peak = peak_rss_mb()  # before the evaluation imports this framework's stack
@@ -212,8 +278,8 @@ def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int) -> dict:
     frames = model.num_timesteps
     return {"frames": frames, "updates": model._n_updates, "wall_s": wall, "steps_per_s": frames / wall,
             "peak_rss_mb": peak, **summarise(returns), "eval_episodes": returns.numel(),
-            "eval_s": time.perf_counter() - start, "final_epsilon": model.exploration_rate,
-            "version": stable_baselines3.__version__}
+            "eval_s": time.perf_counter() - start, "version": stable_baselines3.__version__,
+            **({"final_epsilon": model.exploration_rate} if hasattr(model, "exploration_rate") else {})}
 
 
 def isolated(fn, *args):
@@ -224,7 +290,7 @@ def isolated(fn, *args):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=CONFIG, help="a DQN fit config on a gymnasium env")
+    parser.add_argument("--config", default=CONFIG, help="a DQN or SAC fit config on a gymnasium env")
     parser.add_argument("--total_frames", type=int, default=None, help="budget in env frames (default: the config's)")
     parser.add_argument("--episodes", type=int, default=None, help="greedy evaluation episodes (default 32, quick 8)")
     parser.add_argument("--seed", type=int, default=None, help="training seed of both (default: the config's data seed)")
@@ -252,7 +318,7 @@ def main() -> None:
         result["ours"] = isolated(train_ours, config, total, seed, episodes, args.eval_seed)
         print(f"ours: {result['ours']}", file=sys.stderr, flush=True)
     if args.only != "ours":
-        print(f"sb3: DQN {hp} ...", file=sys.stderr, flush=True)
+        print(f"sb3: {hp['algorithm']} {hp} ...", file=sys.stderr, flush=True)
         result["sb3"] = isolated(train_sb3, hp, config["data"]["init_args"]["env"], episodes, args.eval_seed)
         print(f"sb3: {result['sb3']}", file=sys.stderr, flush=True)
     if "ours" in result and "sb3" in result:

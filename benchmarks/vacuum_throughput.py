@@ -24,51 +24,29 @@ import os
 import resource
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import lightning as L
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.fit_timing import timed_fit
 from benchmarks.vacuum_env_throughput import measure
-from modules.base import RLModule
-from pipelines.data import RLDataModule
-from pipelines.fit import FitCLI
 
 CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "vacuum.yaml")
 ORIGINAL_EPISODES_PER_MIN = 225.0  # the original system, 8 envs (reported 200-250)
 
 
-class _Clock(L.Callback):
-    """Wall time and finished episodes between the first and the last training batch."""
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if batch_idx == 0:
-            self.start, self.episodes0, self.frames0 = time.perf_counter(), pl_module.finished_episodes, pl_module.collected_frames
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        self.seconds = time.perf_counter() - self.start
-        self.episodes = pl_module.finished_episodes - self.episodes0
-        self.frames = pl_module.collected_frames - self.frames0
-
-
 def train(num_envs: int, total_frames: int, folder: str) -> dict[str, float]:
     """Fit ``configs/vacuum.yaml`` with ``num_envs`` envs for ``total_frames`` frames; times the training."""
-    clock = _Clock()
     args = ["--config", CONFIG, "--trainer.enable_progress_bar=false", "--trainer.logger=false",
             f"--trainer.default_root_dir={folder}", "--trainer.enable_checkpointing=false",
             "--trainer.callbacks=[]", "--trainer.callbacks+=callbacks.EpsilonDecay",
             "--trainer.callbacks.schedule=exponential", "--trainer.callbacks.eps_end=0.02",
             "--trainer.callbacks.decay_rate=0.998", f"--data.init_args.num_envs={num_envs}",
             f"--data.init_args.frames_per_batch={4 * num_envs}", f"--data.init_args.total_frames={total_frames}"]
-    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
-                 save_config_callback=None, auto_configure_optimizers=False, args=args)
-    cli.trainer.callbacks.append(clock)
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    return {"episodes_per_min": clock.episodes / clock.seconds * 60, "frames_per_s": clock.frames / clock.seconds,
-            "episodes": clock.episodes, "frames": clock.frames, "seconds": clock.seconds,
+    timing, cli = timed_fit(args)
+    return {**{k: timing[k] for k in ("episodes_per_min", "frames_per_s", "episodes", "frames", "seconds")},
             "updates": cli.trainer.global_step, "final_epsilon": cli.model.epsilon()}
 
 
