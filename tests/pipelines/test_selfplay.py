@@ -71,7 +71,7 @@ def test_an_env_without_opponents_is_rejected(tmp_path):
               "--data.init_args.total_frames=2048"])
 
 
-@pytest.mark.parametrize("name", ["hockey_sac", "hockey_dqn_selfplay"])
+@pytest.mark.parametrize("name", ["hockey_sac", "hockey_dqn_selfplay", "hockey_dqn"])
 def test_hockey_configs_run(tmp_path, name):
     """The shipped hockey configs build and train on a tiny budget (their curriculum / pool start right)."""
     from tests.pipelines.conftest import REPO
@@ -81,5 +81,6 @@ def test_hockey_configs_run(tmp_path, name):
                 "--data.init_args.num_envs=8", "--data.init_args.frames_per_batch=64", "--data.init_args.utd_ratio=1",
                 "--model.init_args.network.init_args." + ("actor_hidden_dims=[16]" if name == "hockey_sac" else "hidden_dims=[16]")])
     assert cli.model.collected_frames == 640 and cli.trainer.global_step == (640 - 256) // 64
-    selfplay = next(c for c in cli.trainer.callbacks if isinstance(c, SelfPlay))
-    assert selfplay.active == (name == "hockey_dqn_selfplay")  # the curriculum starts in its shooting phase
+    selfplay = [c.active for c in cli.trainer.callbacks if isinstance(c, SelfPlay)]
+    # the SAC curriculum starts in its shooting phase; hockey_dqn plays the weak opponent only
+    assert selfplay == {"hockey_sac": [False], "hockey_dqn_selfplay": [True], "hockey_dqn": []}[name]
