@@ -13,9 +13,16 @@ SAC fit (``--fit_frames`` > 0): ``configs/hockey_sac.yaml``'s model and data set
 batch, 16 updates of 256 transitions per batch, 2 x 256 MLPs) in its first curriculum phase (TRAIN_SHOOTING),
 no callbacks, ``--fit_frames`` frames after a 2,048-frame random warm-up; ``sac_fit`` gives collected frames/s
 and updates/s of the timed part and ``fit_vs_env_16``, its frames/s over the env-only frames/s at B = 16
-measured in this run (the share of the time the learner leaves to the env). Prints one JSON object (last
-stdout line): ``{"env_steps_per_s": {"8": ..., "256": ..., "4096": ...}, "make_env_steps_per_s": {...},
-"raw_step": {...}, "sac_fit": {...}, ...}``.
+measured in this run (the share of the time the learner leaves to the env).
+
+Self-play fit (``--selfplay_frames`` > 0): ``configs/hockey_dqn_selfplay.yaml``'s model and data settings (64
+envs, 512 frames and 16 updates per batch) with only its ``SelfPlay`` callback, snapshotting every 2,048 frames
+so snapshot opponents play from the start, ``--selfplay_frames`` frames after a 2,048-frame random warm-up, once
+with the envs in this process (``workers: 0``) and once in ``--workers`` worker processes; ``selfplay_fit``
+gives frames/s and updates/s of each and ``workers_vs_in_process``, the ratio of their frames/s.
+
+Prints one JSON object (last stdout line): ``{"env_steps_per_s": {"8": ..., "256": ..., "4096": ...},
+"make_env_steps_per_s": {...}, "raw_step": {...}, "sac_fit": {...}, "selfplay_fit": {...}, ...}``.
 """
 
 from __future__ import annotations
@@ -37,7 +44,9 @@ from benchmarks.fit_timing import timed_fit
 from envs import make_env
 from envs.hockey import HockeyConfig
 
-SAC_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "hockey_sac.yaml")
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+SAC_CONFIG = os.path.join(CONFIGS, "hockey_sac.yaml")
+SELFPLAY_CONFIG = os.path.join(CONFIGS, "hockey_dqn_selfplay.yaml")
 
 
 def measure(batch_size: int, steps: int, opponent: str, warmup: int = 50, transformed: bool = False) -> dict[str, float]:
@@ -81,6 +90,21 @@ def sac_fit(frames: int, warmup: int = 2048) -> dict[str, float]:
     return {k: round(v, 1) for k, v in timing.items() if k != "episodes_per_min"}
 
 
+def selfplay_fit(frames: int, workers: int, warmup: int = 2048) -> dict[str, float]:
+    """Frames/s and updates/s of ``configs/hockey_dqn_selfplay.yaml`` with ``workers`` (see the module note)."""
+    selfplay = {"class_path": "callbacks.SelfPlay",
+                "init_args": {"every_n_frames": 2048, "pool_size": 10,
+                              "probabilities": {"self": 0.5, "weak": 0.2, "strong": 0.3}}}
+    with tempfile.TemporaryDirectory() as folder:
+        timing, _ = timed_fit(["--config", SELFPLAY_CONFIG, "--trainer.enable_progress_bar=false",
+                               "--trainer.logger=false", f"--trainer.default_root_dir={folder}",
+                               "--trainer.enable_checkpointing=false", "--trainer.callbacks=[]",
+                               f"--trainer.callbacks+={json.dumps(selfplay)}", f"--data.init_args.workers={workers}",
+                               f"--data.init_args.init_random_frames={warmup}",
+                               f"--data.init_args.total_frames={warmup + frames}"])
+    return {k: round(v, 1) for k, v in timing.items() if k != "episodes_per_min"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch_sizes", type=int, nargs="+", default=[8, 256, 4096])
@@ -88,6 +112,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--opponent", default="weak", choices=["static", "weak", "strong"])
     parser.add_argument("--fit_frames", type=int, default=16_384, help="timed SAC fit frames (0: no fit)")
+    parser.add_argument("--selfplay_frames", type=int, default=32_768, help="timed self-play DQN fit frames (0: none)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes of the second self-play fit")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     results, wrapped = {}, {}
@@ -105,6 +131,13 @@ def main() -> None:
                                      ["env_steps_per_s"], 4)
         print(f"SAC fit: {fit['frames_per_s']:,.0f} frames/s, {fit['updates_per_s']:.1f} updates/s "
               f"({fit['frames']:.0f} frames, {fit['updates']:.0f} updates in {fit['seconds']:.0f} s)")
+    selfplay = {}
+    if args.selfplay_frames > 0:
+        for workers in (0, args.workers):
+            selfplay[f"workers_{workers}"] = selfplay_fit(args.selfplay_frames, workers)
+            print(f"self-play DQN fit, {workers} workers: {selfplay[f'workers_{workers}']['frames_per_s']:,.0f} frames/s")
+        selfplay["workers_vs_in_process"] = round(selfplay[f"workers_{args.workers}"]["frames_per_s"]
+                                                  / selfplay["workers_0"]["frames_per_s"], 3)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak:.0f} MB, {args.threads} thread(s), load average {os.getloadavg()[0]:.2f}")
     print(json.dumps({
@@ -112,6 +145,7 @@ def main() -> None:
         "make_env_steps_per_s": {str(b): round(r["env_steps_per_s"]) for b, r in wrapped.items()},
         "raw_step": {str(b): round(r["raw_step"]) for b, r in results.items()},
         "sac_fit": fit,
+        "selfplay_fit": selfplay,
         "goal_4096": 1_000_000,
         "opponent": args.opponent,
         "peak_rss_mb": round(peak, 1),

@@ -8,7 +8,7 @@ import logging
 import lightning as L
 import torch
 from tensordict import TensorDict
-from torch import Tensor
+from torch import Tensor, nn
 from torchrl.envs import ExplorationType, set_exploration_type
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,9 @@ class SelfPlay(L.Callback):
     (``ExplorationType.DETERMINISTIC``), batched inside the env's step.
 
     The env must offer ``set_opponent(kinds per row)`` and ``set_opponent_policy(callable)`` (the hockey
-    env). Pool, draw generator and schedule are in the checkpoint. Logged: ``selfplay/pool_size`` and
+    env); the callback acts through the data module's ``set_opponents`` / ``set_opponent_policy``, so it
+    works with in-process envs and with rollout workers (``data.workers``) alike. Pool, draw generator and
+    schedule are in the checkpoint. Logged: ``selfplay/pool_size`` and
     ``selfplay/share_<kind>`` (the kinds drawn for the batch). Runs the same on every rank (each rank's
     envs draw from their own stream, seeded ``seed + rank``).
 
@@ -77,9 +79,8 @@ class SelfPlay(L.Callback):
 
     # ------------------------------------------------------------------ hooks
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if getattr(trainer.datamodule, "workers", 0):
-            raise ValueError("SelfPlay draws opponents in the training envs of this process: it needs data.workers: 0")
-        base = self._base(trainer)
+        env = trainer.datamodule.env
+        base = getattr(env, "base_env", env)
         if not (hasattr(base, "set_opponent") and hasattr(base, "set_opponent_policy")):
             raise ValueError(f"SelfPlay needs an env with opponents (set_opponent, set_opponent_policy), "
                              f"got {type(base).__name__}")
@@ -87,8 +88,7 @@ class SelfPlay(L.Callback):
         saved = getattr(self, "_saved_generator", None)
         if saved is not None:
             self._generator.set_state(saved)
-        self._opponent = copy.deepcopy(pl_module.collector_policy).requires_grad_(False)
-        base.set_opponent_policy(self._play)
+        self._opponent = SnapshotPlayer(pl_module.collector_policy)
         self._draw(trainer, pl_module)
 
     def on_batch_collected(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: TensorDict) -> None:
@@ -120,25 +120,36 @@ class SelfPlay(L.Callback):
     def _draw(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.active:
             return
-        base = self._base(trainer)
-        kinds = self.draw_kinds(base.batch_size[0])
+        data = trainer.datamodule
+        kinds = self.draw_kinds(data.num_envs)
         if self.pool:
             pick = int(torch.randint(len(self.pool), (1,), generator=self._generator))
-            self._opponent.load_state_dict(self.pool[pick])
-        base.set_opponent(["policy" if k == "self" else k for k in kinds])
+            self._opponent.policy.load_state_dict(self.pool[pick])
+            data.set_opponent_policy(self._opponent)  # (worker envs get the new weights)
+        data.set_opponents(["policy" if k == "self" else k for k in kinds])
         for kind in kinds:
             self.drawn[kind] += 1
         pl_module.record("selfplay/pool_size", float(len(self.pool)))
         for kind in KINDS:
             pl_module.record(f"selfplay/share_{kind}", sum(k == kind for k in kinds) / len(kinds))
 
-    def _play(self, observation: Tensor) -> Tensor:
-        """The drawn snapshot's greedy action for opponent observations ``[k, F]``."""
+
+
+class SnapshotPlayer(nn.Module):
+    """A copy of a collecting policy that plays greedily (``ExplorationType.DETERMINISTIC``) from opponent
+    observations: the callable of the env's ``set_opponent_policy`` (picklable, so worker envs get it).
+
+    Args:
+        policy: the collecting policy (a TensorDict module reading ``observation``, writing ``action``);
+            copied, without gradients.
+    """
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy = copy.deepcopy(policy).requires_grad_(False)
+
+    def forward(self, observation: Tensor) -> Tensor:
+        """The greedy action ``[k, A]`` (or int64 ``[k]`` for discrete actions) for observations ``[k, F]``."""
         td = TensorDict(observation=observation, batch_size=observation.shape[:1])
         with set_exploration_type(ExplorationType.DETERMINISTIC):
-            return self._opponent(td)["action"]
-
-    @staticmethod
-    def _base(trainer: L.Trainer):
-        env = trainer.datamodule.env
-        return getattr(env, "base_env", env)
+            return self.policy(td)["action"]

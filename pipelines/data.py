@@ -37,6 +37,7 @@ from torchrl.data import LazyMemmapStorage, LazyTensorStorage, TensorDictReplayB
 from torchrl.envs import EnvBase
 
 from envs import EnvConfig, make_env
+from pipelines.mailbox import EnvCalls
 from pipelines.replay import PrioritizedSampler
 from pipelines.workers import WorkerCollector
 
@@ -67,9 +68,10 @@ class RLDataModule(L.LightningDataModule):
             ``MultiSyncCollector``, inference on CPU in the workers, weights pushed before every collection).
             Row b of worker w is seeded like row ``w * num_envs / N + b`` of the in-process env, so both
             collect the same episodes from the same policy. A worker that dies stops the run with a
-            ``RuntimeError``. With workers, a resumed run restarts the envs' episode streams from their seeds,
-            and runtime env settings (curriculum phases, self-play opponents) are rejected: they change the
-            envs of this process only.
+            ``RuntimeError``. With workers, a resumed run restarts the envs' episode streams from their seeds.
+            Calls on the training envs (:meth:`configure_env`, :meth:`set_opponents`,
+            :meth:`set_opponent_policy`, :meth:`update_embedding`) are checked on this process's copy of the
+            env and reach the workers' envs before the next batch (:mod:`pipelines.mailbox`).
 
     Raises:
         ValueError: a non-positive size, or ``frames_per_batch`` not a multiple of ``num_envs``
@@ -93,6 +95,7 @@ class RLDataModule(L.LightningDataModule):
         self.seed = seed
         self.device = device
         self.workers = int(workers)
+        self._env_calls = EnvCalls(self.workers, self.num_envs // self.workers) if self.workers else None
         self.env: EnvBase | None = None
         self._collector: Collector | WorkerCollector | None = None
 
@@ -121,22 +124,58 @@ class RLDataModule(L.LightningDataModule):
         spec = self.env.action_spec_unbatched
         return spec[0] if self.num_agents is not None else spec
 
-    def configure_env(self, settings: dict, env: EnvBase | None = None) -> None:
-        """Apply runtime ``settings`` (e.g. a curriculum phase's mode, opponent and reward weights) to the
-        training env, or to ``env``, through its base env's ``configure(**settings)``.
+    def _training_base_env(self, method: str) -> EnvBase:
+        """The base env of the training envs (this process's copy with workers), which must have ``method``.
 
         Raises:
-            ValueError: the env has no ``configure`` method, or rejects a setting, or the training envs run
-                in worker processes.
+            ValueError: it has no such method.
         """
-        _require(env is not None or not self.workers, f"runtime env settings {settings} need the training envs in "
-                                                     f"this process (data.workers: 0, got {self.workers})")
-        env = self.env if env is None else env
-        base = getattr(env, "base_env", env)
-        if not hasattr(base, "configure"):
-            raise ValueError(f"env {type(base).__name__} has no runtime settings (no configure method): "
-                             f"cannot apply {settings}")
-        base.configure(**settings)
+        base = getattr(self.env, "base_env", self.env)
+        if not hasattr(base, method):
+            raise ValueError(f"env {type(base).__name__} has no method {method}: the call needs an env that has it")
+        return base
+
+    def configure_env(self, settings: dict, env: EnvBase | None = None) -> None:
+        """Apply runtime ``settings`` (e.g. a curriculum phase's mode, opponent and reward weights) to the
+        training envs, or to ``env``, through the base env's ``configure(**settings)``.
+
+        Raises:
+            ValueError: the env has no ``configure`` method, or rejects a setting.
+        """
+        if env is not None:
+            base = getattr(env, "base_env", env)
+            if not hasattr(base, "configure"):
+                raise ValueError(f"env {type(base).__name__} has no runtime settings (no configure method): "
+                                 f"cannot apply {settings}")
+            base.configure(**settings)
+            return
+        self._training_base_env("configure").configure(**settings)
+        if self.workers:
+            self._env_calls.call("configure", **settings)
+
+    def set_opponents(self, kinds: list[str]) -> None:
+        """Set who each training env row meets from its next episode on (the env's ``set_opponent``).
+
+        Args:
+            kinds: one opponent name per row over all workers (``num_envs``), e.g. ``weak`` or ``policy``.
+
+        Raises:
+            ValueError: the env has no opponents, or rejects a name.
+        """
+        self._training_base_env("set_opponent").set_opponent(kinds)
+        if self.workers:
+            self._env_calls.call_rows("set_opponent", kinds)
+
+    def set_opponent_policy(self, policy: nn.Module | None) -> None:
+        """Set the module that plays the training envs' ``policy`` opponents (the env's
+        ``set_opponent_policy``), with its current weights; with workers, call it again after changing them.
+
+        Raises:
+            ValueError: the env has no opponents.
+        """
+        self._training_base_env("set_opponent_policy").set_opponent_policy(policy)
+        if self.workers:
+            self._env_calls.call("set_opponent_policy", policy)
 
     def example_observation(self) -> TensorDict:
         """A zero observation ``[num_envs]`` of the env (every action allowed), to shape lazy layers."""
@@ -163,6 +202,8 @@ class RLDataModule(L.LightningDataModule):
         if model is None:
             raise ValueError("the env has no embedding model (e.g. set data.init_args.env.init_args.flexibility)")
         model.load_state_dict(state_dict)
+        if self.workers:
+            self._env_calls.call("config.embedding_model.load_state_dict", state_dict)
 
     def collector(self) -> Collector | WorkerCollector:
         """The collector (built on first use, so a restored checkpoint's env state is in place)."""
@@ -171,7 +212,8 @@ class RLDataModule(L.LightningDataModule):
             if self.workers:
                 self._collector = WorkerCollector(self.env_config, self.num_envs, self.workers,
                                                   self.seed + self.rank * self.num_envs, policy,
-                                                  self.frames_per_batch, **self._collector_options())
+                                                  self.frames_per_batch, calls=self._env_calls,
+                                                  **self._collector_options())
             else:
                 self._collector = Collector(self.env, policy, frames_per_batch=self.frames_per_batch, total_frames=-1,
                                             device=self.device, auto_register_policy_transforms=False,

@@ -46,7 +46,7 @@ def test_pool_is_bounded_checkpointed_and_played(tmp_path):
     obs = torch.randn(5, 18)
     actions = base._opponent_policy(obs)
     assert actions.shape == (5,) and actions.dtype == torch.int64
-    assert any(torch.equal(selfplay._opponent.state_dict()[k], snap[k]) for snap in selfplay.pool
+    assert any(torch.equal(selfplay._opponent.policy.state_dict()[k], snap[k]) for snap in selfplay.pool
                for k in list(snap)[:1])
     # 41 draws of 8 rows; "self" only once the pool has a snapshot (34 of them): about 0.5 * 34 / 41 = 0.41
     total = sum(selfplay.drawn.values())

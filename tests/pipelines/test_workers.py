@@ -10,6 +10,7 @@ import signal
 import lightning as L
 import pytest
 import torch
+from torch import nn
 
 from envs import make_env
 from tests.pipelines.conftest import REPO
@@ -71,8 +72,74 @@ def test_bad_worker_settings_are_rejected(tmp_path):
         _fit(tmp_path, _Batches(), "--data.init_args.workers=3")
 
 
-def test_self_play_with_workers_is_rejected(tmp_path):
-    from callbacks import SelfPlay
+class _Elementwise(nn.Module):
+    """A batch-size independent policy (no matrix products): ``tanh(scale * observation[:, :4])``."""
 
-    with pytest.raises(ValueError, match="data.workers: 0"):
-        _fit(tmp_path, SelfPlay(every_n_frames=64))
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(scale))
+
+    def forward(self, observation):
+        return (self.scale * observation[:, :4]).tanh()
+
+
+def test_env_calls_between_batches_reach_the_worker_envs():
+    """Settings, per-row opponents and an opponent policy set between batches change the workers' envs
+    exactly as they change one in-process env: both collect the same rows."""
+    from tensordict.nn import TensorDictModule
+    from torchrl.collectors import Collector
+
+    from callbacks.selfplay import SnapshotPlayer
+    from envs.hockey import HockeyConfig
+    from pipelines.mailbox import EnvCalls
+    from pipelines.workers import WorkerCollector
+
+    config, policy = HockeyConfig(opponent="weak", max_steps=12), TensorDictModule(_Elementwise(1.0), ["observation"], ["action"])
+    player = SnapshotPlayer(TensorDictModule(_Elementwise(-0.7), ["observation"], ["action"]))
+    kinds = ["policy", "strong", "static", "policy", "policy", "weak", "strong", "policy"]
+
+    def on_env(base) -> None:  # the calls on one in-process env ...
+        base.configure(mode="TRAIN_DEFENSE", w_closeness=5.0)
+        base.set_opponent(kinds)
+        base.set_opponent_policy(player)
+
+    def on_workers(env_calls: EnvCalls) -> None:  # ... and on the workers' envs
+        env_calls.call("configure", mode="TRAIN_DEFENSE", w_closeness=5.0)
+        env_calls.call_rows("set_opponent", kinds)
+        env_calls.call("set_opponent_policy", player)
+
+    def collect(workers: bool, with_calls: bool) -> list:
+        if workers:
+            env_calls = EnvCalls(2, 4)
+            collector = WorkerCollector(config, 8, 2, 3, policy, 160, calls=env_calls)
+        else:
+            env = make_env(config, 8, 3)
+            collector = Collector(env, policy, frames_per_batch=160, total_frames=-1, trust_policy=True,
+                                  auto_register_policy_transforms=False)
+        batches, iterator = [], iter(collector)
+        try:
+            for i in range(3):
+                batches.append(next(iterator).clone())
+                if i == 0 and with_calls:
+                    on_workers(env_calls) if workers else on_env(env.base_env)
+        finally:
+            collector.shutdown()
+        return batches
+
+    local, remote, unchanged = collect(False, True), collect(True, True), collect(False, False)
+    for a, b in zip(local, remote):
+        assert torch.equal(a["next", "observation"], b["next", "observation"])
+        assert torch.equal(a["next", "reward"], b["next", "reward"])
+    assert torch.equal(local[0]["next", "reward"], unchanged[0]["next", "reward"])
+    assert not torch.allclose(local[2]["next", "reward"], unchanged[2]["next", "reward"])  # the calls had effects
+
+
+def test_self_play_with_workers_trains(tmp_path):
+    from callbacks import SelfPlay
+    from pipelines.fit import main
+    from tests.pipelines.conftest import hockey_dqn_config
+
+    callbacks = [{"class_path": "callbacks.SelfPlay", "init_args": {"every_n_frames": 384, "pool_size": 2}}]
+    cli = main(["--config", hockey_dqn_config(tmp_path, callbacks), "--data.init_args.workers=2"])
+    selfplay = next(c for c in cli.trainer.callbacks if isinstance(c, SelfPlay))
+    assert len(selfplay.pool) == 2 and selfplay.drawn["self"] > 0
