@@ -1,5 +1,6 @@
 """Lightning callbacks, one behaviour each."""
 
+from callbacks.checkpoint import ModelCheckpoint
 from callbacks.curriculum import CurriculumPhases
 from callbacks.embedding import EmbeddingUpdate
 from callbacks.epsilon import EpsilonDecay
@@ -7,4 +8,5 @@ from callbacks.evaluation import PolicyEvaluation
 from callbacks.progress import FrameProgressBar
 from callbacks.selfplay import SelfPlay
 
-__all__ = ["CurriculumPhases", "EmbeddingUpdate", "EpsilonDecay", "FrameProgressBar", "PolicyEvaluation", "SelfPlay"]
+__all__ = ["CurriculumPhases", "EmbeddingUpdate", "EpsilonDecay", "FrameProgressBar", "ModelCheckpoint", "PolicyEvaluation",
+           "SelfPlay"]

@@ -134,7 +134,6 @@ class SelfPlay(L.Callback):
             pl_module.record(f"selfplay/share_{kind}", sum(k == kind for k in kinds) / len(kinds))
 
 
-
 class SnapshotPlayer(nn.Module):
     """A copy of a collecting policy that plays greedily (``ExplorationType.DETERMINISTIC``) from opponent
     observations: the callable of the env's ``set_opponent_policy`` (picklable, so worker envs get it).

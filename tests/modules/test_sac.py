@@ -69,7 +69,7 @@ def test_unsupported_action_spec_is_rejected():
 
 def test_pendulum_config_runs_resumes_and_evaluates(tmp_path, capsys):
     args = ["--config", PENDULUM, "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
-            "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+            "--trainer.callbacks+=callbacks.ModelCheckpoint",
             "--trainer.callbacks.every_n_train_steps=100", "--trainer.callbacks.save_top_k=-1",
             "--model.init_args.network.init_args.actor_hidden_dims=[32, 32]",
             "--model.init_args.network.init_args.critic_hidden_dims=[32, 32]",

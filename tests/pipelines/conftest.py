@@ -34,8 +34,8 @@ def hockey_dqn_config(tmp_path: Path, callbacks: list[dict]) -> str:
                     "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
                                "init_args": {"save_dir": str(tmp_path), "name": "hockey"}},
                     "callbacks": [*callbacks,
-                                  {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                                   "init_args": {"every_n_train_steps": 10, "save_top_k": -1}}]},
+                                  {"class_path": "callbacks.ModelCheckpoint",
+                                   "init_args": {"every_n_train_steps": 10, "save_top_k": -1, "save_last": True}}]},
     }
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "hockey.yaml"

@@ -70,7 +70,7 @@ def test_resume_continues_frames_optimizer_and_rng(tmp_path):
     common = ["--config", SMOKE, "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false"]
     checkpointing = ["--trainer.callbacks+=callbacks.EmbeddingUpdate", "--trainer.callbacks.every_n_frames=960",
                      "--trainer.callbacks.epochs=2",
-                     '--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint',
+                     '--trainer.callbacks+=callbacks.ModelCheckpoint',
                      "--trainer.callbacks.every_n_train_steps=4", "--trainer.callbacks.save_top_k=-1",
                      "--trainer.callbacks.save_last=true"]
     full = main([*common, *checkpointing, f"--trainer.logger.init_args.save_dir={tmp_path / 'a'}"])
@@ -140,3 +140,15 @@ def test_malformed_instance_file_is_rejected(tmp_path):
     env = {"class_path": "envs.dvrp.DVRPConfig", "init_args": {"instances": str(bad), "capacity": None}}
     _fails_before_training(run_module("pipelines.fit", "--config", SMOKE, "--data.init_args.env", json.dumps(env),
                                       f"--trainer.logger.init_args.save_dir={tmp_path}"), str(bad), "malformed")
+
+
+def test_last_checkpoint_holds_the_end_of_training(tmp_path):
+    """``callbacks.ModelCheckpoint`` writes last.ckpt when training ends, though 39 steps are no multiple of
+    its ``every_n_train_steps: 10`` (Lightning's own last.ckpt would hold step 30)."""
+    from tests.pipelines.conftest import hockey_dqn_config
+
+    cli = main(["--config", hockey_dqn_config(tmp_path, [])])
+    state = torch.load(tmp_path / "hockey" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert cli.trainer.global_step == 39 and state["global_step"] == 39
+    assert state["rl_state"]["collected_frames"] == cli.model.collected_frames
+    assert all(torch.equal(v, state["state_dict"][k]) for k, v in cli.model.state_dict().items())

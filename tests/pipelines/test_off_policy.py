@@ -18,7 +18,7 @@ CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
 def _run(tmp_path, *extra: str):
     return main(["--config", CARTPOLE, "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
                  "--trainer.callbacks+=callbacks.EpsilonDecay", "--trainer.callbacks.decay_frames=2000",  # eps_end 0.05
-                 "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+                 "--trainer.callbacks+=callbacks.ModelCheckpoint",
                  "--trainer.callbacks.every_n_train_steps=20", "--trainer.callbacks.save_top_k=-1",
                  "--data.init_args.init_random_frames=512", "--data.init_args.num_envs=4",
                  "--data.init_args.frames_per_batch=64", "--data.init_args.batch_size=32",
