@@ -124,13 +124,15 @@ class RLDataModule(L.LightningDataModule):
         spec = self.env.action_spec_unbatched
         return spec[0] if self.num_agents is not None else spec
 
-    def _training_base_env(self, method: str) -> EnvBase:
-        """The base env of the training envs (this process's copy with workers), which must have ``method``.
+    def _base_env(self, method: str, env: EnvBase | None = None) -> EnvBase:
+        """The base env of ``env`` (default: the training envs, this process's copy with workers), which
+        must have ``method``.
 
         Raises:
             ValueError: it has no such method.
         """
-        base = getattr(self.env, "base_env", self.env)
+        env = self.env if env is None else env
+        base = getattr(env, "base_env", env)
         if not hasattr(base, method):
             raise ValueError(f"env {type(base).__name__} has no method {method}: the call needs an env that has it")
         return base
@@ -142,15 +144,8 @@ class RLDataModule(L.LightningDataModule):
         Raises:
             ValueError: the env has no ``configure`` method, or rejects a setting.
         """
-        if env is not None:
-            base = getattr(env, "base_env", env)
-            if not hasattr(base, "configure"):
-                raise ValueError(f"env {type(base).__name__} has no runtime settings (no configure method): "
-                                 f"cannot apply {settings}")
-            base.configure(**settings)
-            return
-        self._training_base_env("configure").configure(**settings)
-        if self.workers:
+        self._base_env("configure", env).configure(**settings)
+        if env is None and self.workers:
             self._env_calls.call("configure", **settings)
 
     def set_opponents(self, kinds: list[str]) -> None:
@@ -162,7 +157,7 @@ class RLDataModule(L.LightningDataModule):
         Raises:
             ValueError: the env has no opponents, or rejects a name.
         """
-        self._training_base_env("set_opponent").set_opponent(kinds)
+        self._base_env("set_opponent").set_opponent(kinds)
         if self.workers:
             self._env_calls.call_rows("set_opponent", kinds)
 
@@ -173,7 +168,7 @@ class RLDataModule(L.LightningDataModule):
         Raises:
             ValueError: the env has no opponents.
         """
-        self._training_base_env("set_opponent_policy").set_opponent_policy(policy)
+        self._base_env("set_opponent_policy").set_opponent_policy(policy)
         if self.workers:
             self._env_calls.call("set_opponent_policy", policy)
 
