@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from envs.dvrp import DVRPConfig  # noqa: E402
-from envs.dvrp.baselines import BASELINES, ScriptedOfferPolicy  # noqa: E402
+from envs.dvrp.baselines import BASELINES  # noqa: E402
 from pipelines.evaluate import play  # noqa: E402
 
 
@@ -40,11 +40,12 @@ def main() -> None:
     table = {}
     for name in BASELINES:
         start = time.perf_counter()
-        r = play(config, lambda env, n=name: ScriptedOfferPolicy(n, env, seed=args.seed), args.episodes,
-                 min(args.num_envs, args.episodes), args.seed)
+        make = config.baseline_policies()[name]
+        r = play(config, lambda env: make(env, args.seed), args.episodes, min(args.num_envs, args.episodes), args.seed)
         minutes = (time.perf_counter() - start) / 60
-        table[name] = {"return": r["return"].mean().item(), "return_se": (r["return"].std() / math.sqrt(args.episodes)).item(),
-                       "cost_km": r["cost_km"].mean().item(), "failure_rate": r["failure_rate"].mean().item(),
+        returns = r["episode_return"]
+        table[name] = {"return": returns.mean().item(), "return_se": (returns.std() / math.sqrt(args.episodes)).item(),
+                       "cost_km": r["plan_cost_km"].mean().item(), "failure_rate": r["failure_rate"].mean().item(),
                        "served": r["served"].mean().item(), "refused": r["refused"].mean().item(),
                        "episodes_per_min": args.episodes / minutes}
     lo, hi = table["preferred"]["return"], table["clairvoyant"]["return"]

@@ -40,10 +40,11 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from envs.dvrp import DVRPConfig, DVRPEnv
 from envs.dvrp.baselines import ScriptedOfferPolicy
-from envs.dvrp.neural_oracle import NeuralOracle, load_routing_policy
+from envs.dvrp.neural_oracle import NeuralOracle
 from envs.dvrp.oracle import InsertionOracle
 from envs.dvrp.reference import solve_with_pyvrp
 from envs.vrptw.source import DVRPServedSets
+from pipelines.checkpoints import load_exported_model
 
 FAMILIES = {"R1": ("R1*.txt", 6), "C1": ("C1*.txt", 3), "RC1": ("RC1*.txt", 6)}
 
@@ -182,7 +183,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.num_threads)
     generated = DVRPConfig()
-    policy = load_routing_policy(args.checkpoint, generated.num_customers)
+    policy, trained_for = load_exported_model(args.checkpoint, "routing_policy")
+    generated.attach_model("routing_policy", policy, trained_for)  # checks num_customers
     result: dict = {"checkpoint": args.checkpoint, "policy": args.policy, "families": {}}
     with torch.no_grad():
         result["families"]["generated"] = family_quality("generated", generated, policy, args)

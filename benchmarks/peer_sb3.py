@@ -16,7 +16,7 @@ thread settings are per trainer:
 
 ``steps_per_s`` is collected env frames over the wall time of building the trainer plus the whole
 training (imports and evaluation excluded); ``ratio`` is ours / SB3. Both trained policies are then
-played greedily by ``pipelines.evaluate.play_any`` on the same env and seeds (``--episodes`` episodes,
+played greedily by ``pipelines.evaluate.play`` on the same env and seeds (``--episodes`` episodes,
 one per env row), so both see the same initial states. ``--quick`` is a smoke run (a few training
 phases, 8 episodes). Prints one JSON object (last stdout line):
 ``{"ours": {...}, "sb3": {...}, "ratio": ..., "hyperparameters": {...}, "caveats": [...], ...}``.
@@ -205,7 +205,7 @@ def summarise(returns: torch.Tensor) -> dict[str, float]:
 def train_ours(config: dict, total_frames: int, seed: int, episodes: int, eval_seed: int) -> dict:
     """Fit the config (in this process) and play the greedy policy; runs in its own process."""
     torch.set_num_threads(1)
-    from pipelines.evaluate import play_any  # in the trainer's process only (see the module note)
+    from pipelines.evaluate import play  # in the trainer's process only (see the module note)
     from pipelines.fit import main
 
     config = json.loads(json.dumps(config))  # a copy
@@ -229,7 +229,8 @@ def train_ours(config: dict, total_frames: int, seed: int, episodes: int, eval_s
     model, data = cli.model, cli.datamodule
     model.eval()
     start = time.perf_counter()
-    returns = play_any(data.env_config, model.collector_policy, episodes, min(episodes, 32), eval_seed)["return"]
+    returns = play(data.env_config, lambda env: model.collector_policy, episodes, min(episodes, 32),
+                   eval_seed)["episode_return"]
     frames = model.collected_frames
     return {"frames": frames, "updates": cli.trainer.global_step, "wall_s": wall, "steps_per_s": frames / wall,
             "peak_rss_mb": peak, **summarise(returns), "eval_episodes": returns.numel(),
@@ -238,7 +239,7 @@ def train_ours(config: dict, total_frames: int, seed: int, episodes: int, eval_s
 
 
 class SB3Policy:
-    """An SB3 model as a TensorDict policy for ``play_any``: greedy ``action`` from ``observation``
+    """An SB3 model as a TensorDict policy for ``pipelines.evaluate.play``: greedy ``action`` from ``observation``
     (int64 ``[B]`` for a discrete action space, float32 ``[B, A]`` for a box)."""
 
     def __init__(self, model) -> None:
@@ -269,12 +270,12 @@ def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int) -> dict:
     wall = time.perf_counter() - start
     peak = peak_rss_mb()  # before the evaluation imports this framework's stack
 
-    from pipelines.evaluate import play_any  # the shared evaluation, after the peak was read
+    from pipelines.evaluate import play  # the shared evaluation, after the peak was read
 
     module, name = env_spec["class_path"].rsplit(".", 1)
     env_config = getattr(importlib.import_module(module), name)(**(env_spec.get("init_args") or {}))
     start = time.perf_counter()
-    returns = play_any(env_config, SB3Policy(model), episodes, min(episodes, 32), eval_seed)["return"]
+    returns = play(env_config, lambda env: SB3Policy(model), episodes, min(episodes, 32), eval_seed)["episode_return"]
     frames = model.num_timesteps
     return {"frames": frames, "updates": model._n_updates, "wall_s": wall, "steps_per_s": frames / wall,
             "peak_rss_mb": peak, **summarise(returns), "eval_episodes": returns.numel(),

@@ -26,12 +26,15 @@ class CurriculumPhases(L.Callback):
       least ``at_least``;
     * no ``until``: the phase lasts to the end (the last phase's rule is ignored).
 
-    A phase with ``self_play: true`` switches a ``callbacks.SelfPlay`` of the run on (it then draws the
-    opponents); in every other phase it is off (it keeps taking snapshots).
+    A phase with ``self_play: true`` turns the data module's ``self_play`` on (``set_self_play``: a
+    ``callbacks.SelfPlay`` of the run then draws the opponents); every other phase turns it off (the phase's
+    settings set them; the pool keeps taking snapshots). The metric rules read the module's ``evaluations``,
+    which a ``callbacks.PolicyEvaluation`` fills.
 
     On a transition every env of the run gets the new settings at once (an env may apply them from each
     row's next reset, as the hockey env does, so no episode mixes two phases), the replay buffer is
-    emptied when the new phase has ``clear_buffer: true``, and ``curriculum/phase`` (the index) is logged.
+    emptied (the data module's ``clear_replay``) when the new phase has ``clear_buffer: true``, and
+    ``curriculum/phase`` (the index) is logged.
     The phase and the frame it began at are in the checkpoint; a resumed run re-applies its phase's
     settings. Under DDP rank 0 decides (it alone evaluates) and the decision is broadcast.
 
@@ -85,42 +88,33 @@ class CurriculumPhases(L.Callback):
         self.phase_start = int(state_dict["phase_start"])
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if any(p.get("clear_buffer") for p in self.phases) and getattr(trainer.datamodule, "buffer", None) is None:
+        if any(p.get("clear_buffer") for p in self.phases) and not hasattr(trainer.datamodule, "clear_replay"):
             raise ValueError("CurriculumPhases: clear_buffer needs an off-policy data module (a replay buffer)")
-        if any("metric" in (p.get("until") or {}) for p in self.phases[:-1]) and self._evaluation(trainer) is None:
+        if any("metric" in (p.get("until") or {}) for p in self.phases[:-1]) and not pl_module.has_evaluator:
             raise ValueError("CurriculumPhases: a metric rule needs a callbacks.PolicyEvaluation in trainer.callbacks")
-        if any(p.get("self_play") for p in self.phases) and self._selfplay(trainer) is None:
+        if any(p.get("self_play") for p in self.phases) and trainer.datamodule.self_play is None:
             raise ValueError("CurriculumPhases: self_play needs a callbacks.SelfPlay in trainer.callbacks")
         self._apply(trainer, pl_module)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
         if self.phase + 1 >= len(self.phases):
             return
-        advance = trainer.strategy.broadcast(self._rule_met(trainer, pl_module), src=0)
+        advance = trainer.strategy.broadcast(self._rule_met(pl_module), src=0)
         if advance:
             self.phase += 1
             self.phase_start = pl_module.collected_frames
             if self.phases[self.phase].get("clear_buffer"):
-                trainer.datamodule.buffer.empty()
+                trainer.datamodule.clear_replay()
             self._apply(trainer, pl_module)
 
     # ------------------------------------------------------------------ internals
-    @staticmethod
-    def _selfplay(trainer: L.Trainer):
-        return next((c for c in trainer.callbacks if type(c).__name__ == "SelfPlay"), None)
-
-    @staticmethod
-    def _evaluation(trainer: L.Trainer):
-        return next((c for c in trainer.callbacks if type(c).__name__ == "PolicyEvaluation"), None)
-
-    def _rule_met(self, trainer: L.Trainer, pl_module: L.LightningModule) -> bool:
+    def _rule_met(self, pl_module: L.LightningModule) -> bool:
         until = self.phases[self.phase].get("until")
         if until is None:
             return False
         if "frames" in until:
             return pl_module.collected_frames - self.phase_start >= until["frames"]
-        history = [h for h in self._evaluation(trainer).history
-                   if h["frames"] > self.phase_start and until["metric"] in h]
+        history = [h for h in pl_module.evaluations if h["frames"] > self.phase_start and until["metric"] in h]
         if len(history) < until["evaluations"]:
             return False
         recent = [h[until["metric"]] for h in history[-until["evaluations"]:]]
@@ -130,9 +124,7 @@ class CurriculumPhases(L.Callback):
         settings = self.phases[self.phase].get("settings") or {}
         if settings:
             trainer.datamodule.configure_env(settings)
-        selfplay = self._selfplay(trainer)
-        if selfplay is not None:
-            selfplay.active = bool(self.phases[self.phase].get("self_play", False))
+        trainer.datamodule.set_self_play(bool(self.phases[self.phase].get("self_play", False)))
         for logger in pl_module.loggers:
             logger.log_metrics({"curriculum/phase": float(self.phase)}, step=pl_module.collected_frames)
         log.info("curriculum phase %d (%s) from %d frames", self.phase, self.name, pl_module.collected_frames)

@@ -12,6 +12,7 @@ from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from modules.flexibility import fit_outcomes
+from modules.schedule import FrameSchedule
 
 log = logging.getLogger(__name__)
 
@@ -53,21 +54,20 @@ class EmbeddingUpdate(L.Callback):
         if min(every_n_frames, epochs, batch_size, buffer_size) < 1 or lr <= 0:
             raise ValueError(f"EmbeddingUpdate: every_n_frames, epochs, batch_size, buffer_size must be >= 1 and "
                              f"lr > 0 (got {every_n_frames}, {epochs}, {batch_size}, {buffer_size}, lr={lr})")
-        self.every_n_frames = every_n_frames
+        self.schedule = FrameSchedule(every_n_frames)
         self.epochs = epochs
         self.batch_size = batch_size
         self.lr = lr
         self.seed = seed
         self.store = TensorDictReplayBuffer(storage=LazyTensorStorage(buffer_size))
-        self.next_frames = every_n_frames
         self.updates = 0
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {"next_frames": self.next_frames, "updates": self.updates, "store": self.store.state_dict()}
+        return {**self.schedule.state_dict(), "updates": self.updates, "store": self.store.state_dict()}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.next_frames = state_dict["next_frames"]
+        self.schedule.load_state_dict(state_dict)
         self.updates = state_dict["updates"]
         self.store.load_state_dict(state_dict["store"])
 
@@ -80,7 +80,7 @@ class EmbeddingUpdate(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if trainer.datamodule is None or trainer.datamodule.embedding_model() is None:
             raise ValueError("callbacks.EmbeddingUpdate needs an env with an embedding model: set "
-                             "data.init_args.env.init_args.flexibility (e.g. {embedding_dim: 4})")
+                             "data.init_args.env.init_args.flexibility (e.g. class_path: modules.flexibility.FlexibilityModel)")
 
     def on_batch_collected(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: TensorDict) -> None:
         outcome = batch["next", "outcome"].reshape(-1)
@@ -89,9 +89,7 @@ class EmbeddingUpdate(L.Callback):
             self.store.extend(outcome.select(*_STORED).cpu())
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
-        if pl_module.collected_frames >= self.next_frames:
-            while self.next_frames <= pl_module.collected_frames:
-                self.next_frames += self.every_n_frames
+        if self.schedule.due(pl_module.collected_frames):
             self.update(trainer, pl_module)
 
     # ------------------------------------------------------------------ update

@@ -9,7 +9,10 @@ import os
 import lightning as L
 import numpy as np
 import torch
-from torchrl.envs import ExplorationType, set_exploration_type
+
+from envs import unwrap
+from envs.episodes import play_episodes
+from modules.schedule import FrameSchedule
 
 log = logging.getLogger(__name__)
 
@@ -17,29 +20,34 @@ log = logging.getLogger(__name__)
 class PolicyEvaluation(L.Callback):
     """Every ``every_n_frames`` collected frames (and at the end), play the first episode of each of
     ``num_envs`` evaluation envs (seeds ``seed, seed + 1, ...``, the same episodes every time) with
-    the deterministic policy and log ``eval/episode_return`` and the env's ``report`` entries
-    (``eval/<name>``). Envs that can draw their plan (``render_routes``) log row 0's as the image
-    ``eval/routes``; envs that can draw a game (``render_game``, the hockey env) log a frame strip of row 0's
-    first game as ``eval[/<name>]/game``. Runs on global rank 0 only; its schedule is in the checkpoint.
+    the deterministic policy (:func:`envs.episodes.play_episodes`) and log ``eval/episode_return`` and the
+    env's ``report`` entries (``eval/<name>``). Envs that can draw their plan (``render_routes``) log row 0's
+    as the image ``eval/routes``; envs that can draw a game (``render_game``, the hockey env) log a frame
+    strip of row 0's first game as ``eval[/<name>]/game``. Runs on global rank 0 only; its schedule is in
+    the checkpoint.
 
-    With ``save_best``, an evaluation whose return beats every earlier one saves the run at that moment
-    as ``best.ckpt`` beside the other checkpoints (the ``ModelCheckpoint``'s folder, else
+    With ``save_best``, an evaluation whose ``best_metric`` beats every earlier one saves the run at that
+    moment as ``best.ckpt`` beside the other checkpoints (the ``ModelCheckpoint``'s folder, else
     ``<log dir>/checkpoints``): value-based policies can get worse late in training, and the best
     evaluated one is what ``pipelines.evaluate --ckpt_path .../best.ckpt`` should then play.
 
     With ``settings``, each named entry is a separate evaluation env with those runtime settings
     (``configure``, e.g. ``{weak: {opponent: weak}, strong: {opponent: strong}}`` on the hockey env),
     logged as ``eval/<name>/<key>``; never the training envs. Every evaluation's metrics (and its frame
-    count) are kept in :attr:`history` (in the checkpoint), which ``callbacks.CurriculumPhases`` reads.
+    count) go to the module's ``evaluations`` (checkpointed with the module), which ``callbacks.CurriculumPhases``
+    reads; the callback marks the module ``has_evaluator`` when the run starts.
 
     Args:
         every_n_frames: interval in collected frames (all ranks).
         num_envs: evaluation episodes per evaluation (per setting).
         seed: seed of the evaluation envs (keep it away from the training seeds).
-        max_steps: step limit of an evaluation episode.
+        max_steps: step limit of an evaluation (episodes unfinished then are not counted).
         save_best: keep the best evaluated checkpoint as ``best.ckpt``.
         settings: named runtime settings of separate evaluation envs, or null for one plain env.
         best_metric: the metric ``save_best`` maximises, e.g. ``eval/weak/win``.
+
+    Raises:
+        ValueError: a non-positive interval or number of envs.
     """
 
     def __init__(self, every_n_frames: int = 200_000, num_envs: int = 64, seed: int = 1_000_000,
@@ -47,25 +55,22 @@ class PolicyEvaluation(L.Callback):
                  best_metric: str = "eval/episode_return") -> None:
         if every_n_frames < 1 or num_envs < 1:
             raise ValueError(f"every_n_frames and num_envs must be >= 1, got {every_n_frames}, {num_envs}")
-        self.every_n_frames = every_n_frames
+        self.schedule = FrameSchedule(every_n_frames)
         self.num_envs = num_envs
         self.seed = seed
         self.max_steps = max_steps
         self.save_best = save_best
         self.settings = dict(settings) if settings else None
         self.best_metric = best_metric
-        self.next_frames = every_n_frames
         self.best = -math.inf
-        self.history: list[dict[str, float]] = []
-        self._envs: dict[str, object] = {}
+        self._envs: dict[str | None, object] = {}
 
     def state_dict(self) -> dict:
-        return {"next_frames": self.next_frames, "best": self.best, "history": self.history}
+        return {**self.schedule.state_dict(), "best": self.best}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.next_frames = state_dict["next_frames"]
+        self.schedule.load_state_dict(state_dict)
         self.best = float(state_dict.get("best", -math.inf))
-        self.history = list(state_dict.get("history", []))
 
     def best_path(self, trainer: L.Trainer) -> str:
         """Where ``best.ckpt`` goes: the ``ModelCheckpoint``'s folder, else ``<log dir>/checkpoints``."""
@@ -73,6 +78,16 @@ class PolicyEvaluation(L.Callback):
         if folder is None:
             folder = os.path.join(trainer.log_dir or trainer.default_root_dir, "checkpoints")
         return os.path.join(folder, "best.ckpt")
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        pl_module.has_evaluator = True
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        if self.schedule.due(pl_module.collected_frames):
+            self._evaluate_and_keep_best(trainer, pl_module)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._evaluate_and_keep_best(trainer, pl_module)
 
     def _evaluate_and_keep_best(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         metrics = self.evaluate(trainer, pl_module)
@@ -82,17 +97,8 @@ class PolicyEvaluation(L.Callback):
         if value is not None and value > self.best:
             self.best = value
             trainer.save_checkpoint(self.best_path(trainer))  # a collective: every rank calls it
-            log.info("new best evaluation return %.3f at %d frames: %s", value, pl_module.collected_frames,
-                     self.best_path(trainer))
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
-        if pl_module.collected_frames >= self.next_frames:
-            while self.next_frames <= pl_module.collected_frames:
-                self.next_frames += self.every_n_frames
-            self._evaluate_and_keep_best(trainer, pl_module)
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._evaluate_and_keep_best(trainer, pl_module)
+            log.info("new best evaluation %s %.3f at %d frames: %s", self.best_metric, value,
+                     pl_module.collected_frames, self.best_path(trainer))
 
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
         """Run the evaluation and log it (rank 0); returns the metrics."""
@@ -103,41 +109,38 @@ class PolicyEvaluation(L.Callback):
         metrics = {}
         for name, settings in (self.settings or {None: None}).items():
             if name not in self._envs:
-                self._envs[name] = trainer.datamodule.make_eval_env(self.num_envs, self.seed)
-                if settings:
-                    trainer.datamodule.configure_env(settings, self._envs[name])
+                self._envs[name] = trainer.datamodule.make_eval_env(self.num_envs, self.seed, settings)
             prefix = "eval/" if name is None else f"eval/{name}/"
             metrics.update({prefix + k: v for k, v in self._play(self._envs[name], pl_module, prefix).items()})
         pl_module.train(was_training)
-        self.history.append({"frames": float(pl_module.collected_frames), **metrics})
+        pl_module.evaluations.append({"frames": float(pl_module.collected_frames), **metrics})
         for logger in pl_module.loggers:
             logger.log_metrics(metrics, step=pl_module.collected_frames)
         log.info("evaluation at %d frames: %s", pl_module.collected_frames, metrics)
         return metrics
 
     def _play(self, env, pl_module: L.LightningModule, prefix: str = "eval/") -> dict[str, float]:
-        """The first episode of every row of ``env`` (seeded ``seed`` again): mean return and report entries
-        (keys without the ``eval/`` prefix); an env that draws its plan logs row 0's route image, an env
-        that draws games (``render_game``) a frame strip of row 0's first game as ``<prefix>game``."""
+        """The first episode of every row of ``env`` (seeded ``seed`` again): mean results (keys without the
+        ``eval/`` prefix); row 0's plan image or game frame strip is logged at the end of its episode."""
         env.set_seed(self.seed)
-        with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
-            rollout = env.rollout(self.max_steps, pl_module.collector_policy, break_when_any_done=False,
-                                  break_when_all_done=True)
-        done = rollout["next", "done"].squeeze(-1)  # [num_envs, T]
-        first = done & (done.long().cumsum(-1) == 1)  # each env's first episode (a fast env starts a second)
-        returns = rollout["next", "episode_reward"][first].float()
-        # a multi-agent env's return [N, R, 1] is the team's: summed over the agents
-        metrics = {"episode_return": returns.reshape(returns.shape[0], -1).sum(-1).mean().item()}
-        if ("next", "report") in rollout.keys(True):
-            for key, value in rollout["next", "report"].items():
-                metrics[key] = value[first].float().mean().item()
-        base = getattr(env, "base_env", env)
-        images = {}
-        if hasattr(base, "render_routes") and bool(done[:, -1].all()):
-            images["eval/routes"] = base.render_routes(0)
-        if hasattr(base, "render_game") and bool(done[0].any()):
-            end = int(done[0].nonzero()[0]) + 1  # row 0's first game
-            images[prefix + "game"] = base.render_game(rollout["observation"][0, :end])
+        base, images, frames = unwrap(env), {}, []
+        drawn = False
+
+        def draw_row0(step, finished) -> None:  # row 0's first episode, drawn when it ends (before its reset)
+            nonlocal drawn
+            if drawn:
+                return
+            if hasattr(base, "render_game"):
+                frames.append(step["observation"][0])
+            if bool(finished[0]):
+                drawn = True
+                if hasattr(base, "render_routes"):
+                    images["eval/routes"] = base.render_routes(0)
+                if hasattr(base, "render_game"):
+                    images[prefix + "game"] = base.render_game(torch.stack(frames))
+
+        results = play_episodes(env, pl_module.collector_policy, 1, self.max_steps, on_step=draw_row0)
+        metrics = {key: value.mean().item() for key, value in results.items()}
         for tag, image in images.items():
             for logger in pl_module.loggers:
                 if hasattr(logger.experiment, "add_image"):

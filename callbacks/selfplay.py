@@ -11,6 +11,9 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 from torchrl.envs import ExplorationType, set_exploration_type
 
+from envs import unwrap
+from modules.schedule import FrameSchedule
+
 log = logging.getLogger(__name__)
 
 KINDS = ("self", "static", "weak", "strong")  # "self": a snapshot of the policy (the env's "policy" opponent)
@@ -25,6 +28,11 @@ class SelfPlay(L.Callback):
     the scripted kinds in proportion to their probabilities. Snapshots play greedily
     (``ExplorationType.DETERMINISTIC``), batched inside the env's step.
 
+    Who sets the training envs' opponents is explicit: the env config's ``opponent`` at build, the settings
+    of ``configure_env`` (e.g. a ``callbacks.CurriculumPhases`` phase) from each row's next reset, and this
+    callback's draws while the data module's ``self_play`` flag is on (its ``set_self_play``: this
+    callback's ``active`` when the run starts, then each curriculum phase's ``self_play``).
+
     The env must offer ``set_opponent(kinds per row)`` and ``set_opponent_policy(callable)`` (the hockey
     env); the callback acts through the data module's ``set_opponents`` / ``set_opponent_policy``, so it
     works with in-process envs and with rollout workers (``data.workers``) alike. Pool, draw generator and
@@ -37,8 +45,9 @@ class SelfPlay(L.Callback):
         pool_size: the most snapshots kept.
         probabilities: ``{kind: p}`` over ``self``, ``static``, ``weak``, ``strong``, summing to 1.
         seed: seed of the draws.
-        active: draw opponents (snapshots are taken either way); ``callbacks.CurriculumPhases`` switches
-            it per phase (``self_play: true``), so a curriculum can end in self-play.
+        active: draw opponents from the start (snapshots are taken either way); ``callbacks.CurriculumPhases``
+            switches the data module's ``self_play`` per phase (``self_play: true``), so a curriculum can end in
+            self-play.
 
     Raises:
         ValueError: a non-positive interval or pool size, an unknown kind, a negative probability or a sum
@@ -55,35 +64,39 @@ class SelfPlay(L.Callback):
             raise ValueError(f"SelfPlay.probabilities has unknown kinds {sorted(unknown)}: allowed {', '.join(KINDS)}")
         if any(p < 0 for p in probabilities.values()) or abs(sum(probabilities.values()) - 1.0) > 1e-6:
             raise ValueError(f"SelfPlay.probabilities={probabilities} must be >= 0 and sum to 1")
-        self.every_n_frames = every_n_frames
+        self.schedule = FrameSchedule(every_n_frames)
         self.pool_size = pool_size
         self.probabilities = probabilities
         self.seed = seed
         self.active = active
         self.pool: list[dict[str, Tensor]] = []
-        self.next_frames = every_n_frames
         self.drawn = dict.fromkeys(KINDS, 0)  # opponents drawn in this process (a statistic)
         self._generator: torch.Generator | None = None
         self._opponent = None  # a copy of the policy that plays the drawn snapshot
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
-        return {"pool": self.pool, "next_frames": self.next_frames, "active": self.active,
+        return {"pool": self.pool, **self.schedule.state_dict(),
                 "generator": self._generator.get_state() if self._generator is not None else None}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.pool = list(state_dict["pool"])
-        self.next_frames = int(state_dict["next_frames"])
-        self.active = bool(state_dict.get("active", self.active))
+        self.schedule.load_state_dict(state_dict)
         self._saved_generator = state_dict.get("generator")
 
+    @property
+    def next_frames(self) -> int:
+        """The frame count of the next snapshot."""
+        return self.schedule.next_frames
+
     # ------------------------------------------------------------------ hooks
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        trainer.datamodule.set_self_play(self.active)  # a resumed run's data module state overrides it
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        env = trainer.datamodule.env
-        base = getattr(env, "base_env", env)
-        if not (hasattr(base, "set_opponent") and hasattr(base, "set_opponent_policy")):
+        if not trainer.datamodule.env_has("set_opponent", "set_opponent_policy"):
             raise ValueError(f"SelfPlay needs an env with opponents (set_opponent, set_opponent_policy), "
-                             f"got {type(base).__name__}")
+                             f"got {type(unwrap(trainer.datamodule.env)).__name__}")
         self._generator = torch.Generator().manual_seed(self.seed + trainer.global_rank)
         saved = getattr(self, "_saved_generator", None)
         if saved is not None:
@@ -93,9 +106,7 @@ class SelfPlay(L.Callback):
 
     def on_batch_collected(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: TensorDict) -> None:
         frames = pl_module.collected_frames + batch.numel() * trainer.world_size  # counted after this hook
-        if frames >= self.next_frames:
-            while self.next_frames <= frames:
-                self.next_frames += self.every_n_frames
+        if self.schedule.due(frames):
             self.snapshot(pl_module)
         self._draw(trainer, pl_module)
 
@@ -118,9 +129,9 @@ class SelfPlay(L.Callback):
         return [kinds[i] for i in picks.tolist()]
 
     def _draw(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self.active:
-            return
         data = trainer.datamodule
+        if not data.self_play:
+            return
         kinds = self.draw_kinds(data.num_envs)
         if self.pool:
             pick = int(torch.randint(len(self.pool), (1,), generator=self._generator))

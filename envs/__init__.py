@@ -1,8 +1,13 @@
-"""Environments and the one factory that builds any of them from its config."""
+"""Environments, the one factory that builds any of them from its config, and what a learner needs to know
+of an env before it acts in it (:class:`EnvSpecs`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+from tensordict import TensorDict
+from torchrl.data import TensorSpec
 from torchrl.envs import ActionMask, Compose, EnvBase, RewardSum, TransformedEnv
 
 from envs.config import EnvConfig
@@ -26,4 +31,37 @@ def make_env(config: EnvConfig, num_envs: int, seed: int, device: torch.device |
     return TransformedEnv(base, Compose(*transforms))
 
 
-__all__ = ["EnvConfig", "make_env"]
+def unwrap(env: EnvBase) -> EnvBase:
+    """The base env under ``env``'s transforms (``env`` itself when it has none)."""
+    return getattr(env, "base_env", env)
+
+
+@dataclass
+class EnvSpecs:
+    """What a learner builds its networks and losses on, read off an env.
+
+    Attributes:
+        action_spec: the action spec of one env (``action_spec_unbatched``; ``[R, ...]`` for R agents).
+        agent_action_spec: the action spec of one agent in one env (``action_spec`` for a single agent).
+        example_observation: a zero observation ``[B]`` with every action allowed (to shape lazy layers).
+        num_agents: R of a multi-agent env, else None.
+    """
+
+    action_spec: TensorSpec
+    agent_action_spec: TensorSpec
+    example_observation: TensorDict
+    num_agents: int | None
+
+    @classmethod
+    def of(cls, env: EnvBase, num_agents: int | None = None) -> EnvSpecs:
+        """The specs of ``env`` (built by :func:`make_env`; ``num_agents`` from its config)."""
+        spec = env.action_spec_unbatched
+        observation = env.observation_spec.zero()
+        for key in observation.keys(True, True):
+            name = key[-1] if isinstance(key, tuple) else key
+            if name == "action_mask":
+                observation[key] = torch.ones_like(observation[key])
+        return cls(spec, spec[0] if num_agents is not None else spec, observation, num_agents)
+
+
+__all__ = ["EnvConfig", "EnvSpecs", "make_env", "unwrap"]

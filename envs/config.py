@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import torch
 from torch import nn
 from torchrl.envs import EnvBase
+
+from envs.episodes import UniformRandomPolicy
+
+Policy = Callable  # reads an observation TensorDict [B], writes ``action``
+
+
+def require(ok: bool, key: str, value: object, allowed: str) -> None:
+    """A config check: unless ``ok``, raise ``ValueError("env.<key>=<value> is not allowed: <allowed>")``.
+
+    Raises:
+        ValueError: ``ok`` is false (the message names the key, the value and what is allowed).
+    """
+    if not ok:
+        raise ValueError(f"env.{key}={value!r} is not allowed: {allowed}")
 
 
 class EnvConfig(ABC):
@@ -29,6 +44,36 @@ class EnvConfig(ABC):
     num_agents: int | None = None
     evaluation_settings: dict[str, dict] = {}
     outcome_keys: tuple[str, ...] = ()
+
+    def model_checkpoints(self) -> dict[str, str]:
+        """Learned models this env needs from checkpoint files, ``{name: path}``. The pipeline that builds
+        the run reads each file (envs never load checkpoints) and hands the model over with
+        :meth:`attach_model`, before any env is made. Default: none."""
+        return {}
+
+    def attach_model(self, name: str, model: nn.Module, trained_for: dict) -> None:
+        """Take the model ``name`` of :meth:`model_checkpoints`, with its checkpoint's record of what it was
+        trained for (e.g. ``num_customers``), which the config checks.
+
+        Raises:
+            ValueError: this env needs no model of that name (or, in a subclass, one trained for another problem).
+        """
+        raise ValueError(f"{type(self).__name__} takes no learned model {name!r}")
+
+    def baseline_policies(self) -> dict[str, Callable[[EnvBase, int], Policy]]:
+        """Reference policies ``pipelines.evaluate`` plays beside a trained one, on the same episodes:
+        ``{name: make(env, seed)}`` (``env`` as built by ``make_env``). Default: ``random``, uniform over the
+        allowed actions."""
+        return {"random": lambda env, seed: UniformRandomPolicy(env.action_spec_unbatched)}
+
+    def reference_cost(self, episode: dict, seconds: float) -> float | None:
+        """The cost of an exported episode's final plan re-solved by a reference solver in ``seconds`` (the
+        env's ``export_episodes`` format), or None when it finds none. Only envs with plans have one.
+
+        Raises:
+            ValueError: this env has no reference solver.
+        """
+        raise ValueError(f"{type(self).__name__} has no reference solver (re-solved plans are a routing env's)")
 
     @abstractmethod
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:

@@ -3,19 +3,41 @@ s + b, so results do not depend on the batch size, and a resumed run can replay 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
+from tensordict import TensorDictBase
 from torch import Tensor
 from torchrl.envs import EnvBase
+
+from envs import rng
+
+
+class NewEpisodes(NamedTuple):
+    """The rows a reset starts new episodes in (:meth:`RowSeededEnv.start_episodes`).
+
+    Attributes:
+        rows: bool ``[B]``. index: int64 ``[k]``, the reset rows. episode: int64 ``[k]``, the index of
+        each reset row's new episode. keys: int64 ``[k]``, its counter-based key (:func:`envs.rng.episode_keys`).
+    """
+
+    rows: Tensor
+    index: Tensor
+    episode: Tensor
+    keys: Tensor
 
 
 class RowSeededEnv(EnvBase):
     """Base of the native batched envs whose draws are keyed by (row seed, episode index) through the
-    counter-based generator of :mod:`envs.dvrp.rng` (``rng.episode_keys(row_seed, episode)``).
+    counter-based generator of :mod:`envs.rng` (``rng.episode_keys(row_seed, episode)``).
 
     Attributes:
         row_seed: int64 ``[B]``, ``seed + b``.
-        episode: int64 ``[B]``, the index of the next episode each row draws (the subclass's ``_reset``
-            increments it for the rows it resets).
+        episode: int64 ``[B]``, the index of the next episode each row draws (:meth:`start_episodes`
+            advances it for the rows a reset starts).
+
+    The env owns its resume state (:meth:`resume_state`, :meth:`load_resume_state`): what replays the
+    episodes in progress, and whatever else a subclass needs for that (e.g. cached model predictions).
 
     Args:
         num_envs: B, the batch size. device: torch device of the env.
@@ -31,21 +53,55 @@ class RowSeededEnv(EnvBase):
 
     def _set_seed(self, seed: int | None) -> None:
         seed = 0 if seed is None else int(seed)
-        self.row_seed = seed + torch.arange(self.batch_size[0], dtype=torch.long, device=self.device)
+        self.seed_rows(seed + torch.arange(self.batch_size[0], dtype=torch.long, device=self.device))
+
+    def seed_rows(self, row_seed: Tensor) -> None:
+        """Seed each row on its own: from its next reset, row b plays the episodes of a single env seeded
+        ``row_seed[b]``, from the first.
+
+        Raises:
+            ValueError: ``row_seed`` is not int64 ``[B]``.
+        """
+        if row_seed.shape != self.batch_size or row_seed.dtype != torch.long:
+            raise ValueError(f"row_seed must be int64 [{self.batch_size[0]}], got {row_seed.dtype} {list(row_seed.shape)}")
+        self.row_seed = row_seed.to(self.device)
         self.episode = torch.zeros_like(self.row_seed)
 
-    def rng_state(self) -> dict[str, Tensor]:
+    def start_episodes(self, tensordict: TensorDictBase | None) -> NewEpisodes:
+        """The rows a ``_reset`` call starts (those flagged by ``_reset``, or all rows), with their episode
+        indices and keys; advances those rows' episode counters."""
+        b = self.batch_size[0]
+        rows = tensordict.get("_reset", None) if tensordict is not None else None
+        rows = torch.ones(b, dtype=torch.bool, device=self.device) if rows is None else rows.reshape(b)
+        index = rows.nonzero().squeeze(-1)
+        episode = self.episode.index_select(0, index)
+        keys = rng.episode_keys(self.row_seed.index_select(0, index), episode)
+        self.episode = self.episode + rows
+        return NewEpisodes(rows, index, episode, keys)
+
+    def resume_state(self) -> dict[str, Tensor]:
         """What replays the episodes in progress: row seeds and the index of each row's episode in
         progress (a resumed run restarts that episode from its start)."""
         return {"row_seed": self.row_seed.cpu(), "episode": (self.episode - 1).clamp_min(0).cpu()}
 
-    def load_rng_state(self, state: dict[str, Tensor]) -> None:
-        """Restore :meth:`rng_state`: the next reset of row b draws episode ``state["episode"][b]``.
+    def load_resume_state(self, state: dict[str, Tensor], keep_row_seeds: bool = False) -> bool:
+        """Restore :meth:`resume_state`: the next reset of row b draws episode ``state["episode"][b]``.
+
+        Args:
+            state: from :meth:`resume_state` of an env with the same batch size.
+            keep_row_seeds: keep this env's own row seeds and take only the episode positions (a DDP
+                rank restoring rank 0's state); otherwise the rows take the saved seeds too.
+
+        Returns:
+            Whether the rows now play the saved rows' episodes (same row seeds): only then does state
+            tied to those episodes (e.g. cached model predictions) apply.
 
         Raises:
             ValueError: the state was saved from an env with another batch size.
         """
         if state["row_seed"].shape != self.row_seed.shape:
             raise ValueError(f"env state has {state['row_seed'].shape[0]} rows, this env {self.row_seed.shape[0]}")
-        self.row_seed = state["row_seed"].to(self.device)
+        if not keep_row_seeds:
+            self.row_seed = state["row_seed"].to(self.device)
         self.episode = state["episode"].to(self.device)
+        return torch.equal(state["row_seed"].to(self.device), self.row_seed)

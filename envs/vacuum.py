@@ -15,8 +15,8 @@ from tensordict import TensorDict
 from torch import Tensor
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 
-from envs.config import EnvConfig
-from envs.dvrp import rng
+from envs import rng
+from envs.config import EnvConfig, require
 from envs.seeding import RowSeededEnv
 
 NUM_ACTIONS = 5
@@ -25,11 +25,6 @@ STAY, UP, DOWN, LEFT, RIGHT = range(NUM_ACTIONS)
 ACTION_DELTAS = ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1))
 REPORT_KEYS = ("cleaned_fraction", "collisions", "energy_left", "steps")
 _POSITION_STREAM = 0  # rng stream of the initial positions
-
-
-def _require(ok: bool, key: str, value: object, allowed: str) -> None:
-    if not ok:
-        raise ValueError(f"env.{key}={value!r} is not allowed: {allowed}")
 
 
 class VacuumConfig(EnvConfig):
@@ -65,23 +60,23 @@ class VacuumConfig(EnvConfig):
         e_charge: float = 20.0,
         max_steps: int = 100,
     ) -> None:
-        _require(isinstance(grid_size, int) and grid_size >= 1, "grid_size", grid_size, "an integer >= 1")
+        require(isinstance(grid_size, int) and grid_size >= 1, "grid_size", grid_size, "an integer >= 1")
         cells = grid_size * grid_size
-        _require(isinstance(num_robots, int) and 1 <= num_robots <= cells, "num_robots", num_robots,
+        require(isinstance(num_robots, int) and 1 <= num_robots <= cells, "num_robots", num_robots,
                  f"an integer in [1, grid_size**2 = {cells}] (robots start on distinct cells)")
         energy = [float(e) for e in energy]
-        _require(len(energy) == num_robots, "energy", energy,
+        require(len(energy) == num_robots, "energy", energy,
                  f"one initial energy per robot: {num_robots} values for num_robots={num_robots}, got {len(energy)}")
-        _require(all(e > 0 for e in energy), "energy", energy, "every initial energy must be > 0")
+        require(all(e > 0 for e in energy), "energy", energy, "every initial energy must be > 0")
         chargers = [tuple(int(v) for v in c) for c in chargers]
         for c in chargers:
-            _require(len(c) == 2 and all(0 <= v < grid_size for v in c), "chargers", [list(x) for x in chargers],
+            require(len(c) == 2 and all(0 <= v < grid_size for v in c), "chargers", [list(x) for x in chargers],
                      f"[row, column] pairs inside the {grid_size}x{grid_size} grid (0..{grid_size - 1}); {list(c)} is not")
-        _require(len(set(chargers)) == len(chargers), "chargers", [list(x) for x in chargers], "distinct cells")
-        _require(e_move >= 0, "e_move", e_move, "must be >= 0")
-        _require(e_collision >= 0, "e_collision", e_collision, "must be >= 0")
-        _require(e_charge >= 0, "e_charge", e_charge, "must be >= 0")
-        _require(isinstance(max_steps, int) and max_steps >= 1, "max_steps", max_steps, "an integer >= 1")
+        require(len(set(chargers)) == len(chargers), "chargers", [list(x) for x in chargers], "distinct cells")
+        require(e_move >= 0, "e_move", e_move, "must be >= 0")
+        require(e_collision >= 0, "e_collision", e_collision, "must be >= 0")
+        require(e_charge >= 0, "e_charge", e_charge, "must be >= 0")
+        require(isinstance(max_steps, int) and max_steps >= 1, "max_steps", max_steps, "an integer >= 1")
         self.grid_size = grid_size
         self.num_robots = num_robots
         self.energy = energy
@@ -175,7 +170,7 @@ class VacuumEnv(RowSeededEnv):
     Seeding:
         Each episode starts with full energy, all cells dirty and the robots on R distinct cells drawn
         uniformly (robot k gets the cell with the k-th largest of n^2 counter-based uniform draws of
-        :mod:`envs.dvrp.rng`, keyed by the row seed and the row's episode index). Row b of an env seeded
+        :mod:`envs.rng`, keyed by the row seed and the row's episode index). Row b of an env seeded
         ``s`` plays the episodes of a single env seeded ``s + b``, whatever the batch size.
 
     State (read it, don't write it; :meth:`force_state` sets it): ``position`` int64 ``[B, R]`` (cells),
@@ -341,13 +336,7 @@ class VacuumEnv(RowSeededEnv):
     # ------------------------------------------------------------------ dynamics
     def _reset(self, tensordict: TensorDict | None = None, **kwargs) -> TensorDict:
         b, r, c = self.batch_size[0], self.config.num_robots, self.config.num_cells
-        rows = tensordict.get("_reset", None) if tensordict is not None else None
-        if rows is None:
-            rows = torch.ones(b, dtype=torch.bool, device=self.device)
-        rows = rows.reshape(b)
-        idx = rows.nonzero().squeeze(-1)
-        keys = rng.episode_keys(self.row_seed.index_select(0, idx), self.episode.index_select(0, idx))
-        self.episode = self.episode + rows
+        _, idx, _, keys = self.start_episodes(tensordict)
         position = rng.uniform(keys, _POSITION_STREAM, (c,)).topk(r, dim=-1).indices
         energy = self._max_energy.expand(idx.shape[0], r)
         # in place (cheaper than out-of-place copies of every state tensor); see "State" in the class docstring

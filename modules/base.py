@@ -11,9 +11,15 @@ from collections import defaultdict
 
 import lightning as L
 import torch
-from tensordict import TensorDict
+from tensordict import NestedKey, TensorDict
 from tensordict.nn import TensorDictModuleBase
 from torch import Tensor
+from torchrl.envs import Transform
+
+from envs import EnvSpecs
+from envs.episodes import episode_results
+
+_DONE_KEYS = ("done", "terminated", "truncated")
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +48,10 @@ class RLModule(L.LightningModule):
         self.latest_metrics: dict[str, float] = {}
         self._sums: dict[str, float] = defaultdict(float)
         self._counts: dict[str, int] = defaultdict(int)
-        self._pending_rng: list | None = None
+        # every evaluation's metrics and frame count, written by an evaluation callback (callbacks.PolicyEvaluation,
+        # which also sets has_evaluator) and read by others (callbacks.CurriculumPhases); in the checkpoint
+        self.evaluations: list[dict[str, float]] = []
+        self.has_evaluator = False
         self._clock: tuple[float, int] | None = None
         self._episodes = 0  # this rank's finished episodes since the last flush
 
@@ -52,23 +61,38 @@ class RLModule(L.LightningModule):
     def collector_policy(self) -> TensorDictModuleBase:
         """The TensorDict module the collector runs (exploration on)."""
 
-    def prepare(self, datamodule) -> None:
-        """Shape the networks on the data module's env (lazy layers, action spec), before training or
-        loading weights; modules whose networks need it override this."""
+    def prepare(self, specs: EnvSpecs) -> None:
+        """Shape the networks on the env's specs (action spec, lazy layers on an example observation), before
+        training or loading weights; modules whose networks need it override this."""
 
     def configure_model(self) -> None:
-        """Lightning's hook before the optimisers are built: :meth:`prepare` on the trainer's data module."""
-        if self._trainer is not None and self.trainer.datamodule is not None:
-            self.prepare(self.trainer.datamodule)
+        """Lightning's hook before the optimisers are built (after the data module's ``setup``):
+        :meth:`prepare` on the training env's specs."""
+        specs = self.trainer.datamodule.env_specs() if self._trainer is not None and self.trainer.datamodule else None
+        if specs is not None:  # None: a data path without a step-wise env (whole problems, pipelines.episodes)
+            self.prepare(specs)
+
+    # ------------------------------------------------------------------ what the data path needs
+    def replay_keys(self) -> list[NestedKey] | None:
+        """The entries of a collected batch a replay buffer keeps: the loss's inputs (``loss.in_keys``) and the
+        done flags; None (no loss) keeps everything."""
+        loss = getattr(self, "loss", None)
+        if loss is None:
+            return None
+        done = [key for name in _DONE_KEYS for key in (name, ("next", name))]
+        return list(dict.fromkeys([*loss.in_keys, *done]))
+
+    def replay_transform(self) -> Transform | None:
+        """A transform the replay buffer applies to what it stores (e.g. n-step returns), or None."""
+        return None
 
     # ------------------------------------------------------------------ data hooks
     def on_collected(self, batch: TensorDict) -> TensorDict:
         """Count frames and finished episodes of a collected batch ``[B, T]``; returns the batch.
 
-        Returns are read from ``("next", "episode_reward")`` where ``("next", "done")``; a multi-agent
-        env's (``[B, T, R, 1]``) is summed over the agents (the team's return) and also logged per agent
-        as ``rollout/agent<i>/episode_return``. Every entry of ``("next", "report")`` at done is averaged
-        under ``rollout/<name>``; a per-agent entry (``[B, T, R]``) also per agent as ``rollout/agent<i>/<name>``.
+        The results of the episodes that finished in the batch (:func:`envs.episodes.episode_results`: the
+        return, a multi-agent env's per agent too, and every ``report`` entry) are averaged under
+        ``rollout/<name>`` (``rollout/episode_return``, ``rollout/agent<i>/episode_return``, ``rollout/<key>``).
         """
         self.flush_metrics()
         self.collected_frames += batch.numel() * self._world_size()
@@ -77,18 +101,8 @@ class RLModule(L.LightningModule):
         self._episodes += episodes
         self.finished_episodes += episodes
         if episodes:
-            returns = batch["next", "episode_reward"][done].float().reshape(episodes, -1)  # [N, R]
-            self.record("rollout/episode_return", returns.sum(-1).mean(), episodes)
-            if returns.shape[1] > 1:
-                for i, value in enumerate(returns.mean(0).tolist()):
-                    self.record(f"rollout/agent{i}/episode_return", value, episodes)
-            if ("next", "report") in batch.keys(True):
-                for key, value in batch["next", "report"].items():
-                    value = value[done].float().reshape(episodes, -1)  # [N, 1], or [N, R] per agent
-                    self.record(f"rollout/{key}", value.mean(), episodes)
-                    if value.shape[1] > 1:
-                        for i, v in enumerate(value.mean(0).tolist()):
-                            self.record(f"rollout/agent{i}/{key}", v, episodes)
+            for name, values in episode_results(batch["next"], done).items():
+                self.record(f"rollout/{name}", values.mean(), episodes)
         self.record("rollout/episodes", float(episodes))
         return batch
 
@@ -133,13 +147,14 @@ class RLModule(L.LightningModule):
 
     # ------------------------------------------------------------------ checkpoint
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Store the frame counter and every rank's torch RNG state (policy sampling, shuffles)."""
+        """Store the frame counter, the evaluations and every rank's torch RNG state (policy sampling, shuffles)."""
         rng = torch.get_rng_state()
         states = [rng]
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             states = [None] * torch.distributed.get_world_size()
             torch.distributed.all_gather_object(states, rng)
-        checkpoint["rl_state"] = {"collected_frames": self.collected_frames, "torch_rng": states}
+        checkpoint["rl_state"] = {"collected_frames": self.collected_frames, "torch_rng": states,
+                                  "evaluations": self.evaluations}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Restore :meth:`on_save_checkpoint`; each rank takes its own RNG state (rank 0's if fewer)."""
@@ -147,6 +162,7 @@ class RLModule(L.LightningModule):
         if state is None:
             return
         self.collected_frames = int(state["collected_frames"])
+        self.evaluations = list(state.get("evaluations", []))
         rank = self.trainer.global_rank if self._trainer is not None else 0
         rngs = state["torch_rng"]
         torch.set_rng_state(rngs[rank] if rank < len(rngs) else rngs[0])

@@ -16,6 +16,7 @@ from torchrl.envs import MultiStepTransform
 from torchrl.modules import EGreedyModule, QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate, SoftUpdate, ValueEstimators
 
+from envs import EnvSpecs
 from modules.base import RLModule
 
 
@@ -180,20 +181,18 @@ class DQNModule(RLModule):
     def collector_policy(self) -> TensorDictSequential:
         return self._policy
 
-    def prepare(self, datamodule) -> None:
-        """Build on the data module's env: its action spec and an example observation (lazy layers).
+    def prepare(self, specs: EnvSpecs) -> None:
+        """Build on the env's specs: its action spec and an example observation (lazy layers).
 
         Raises:
             ValueError: a multi-agent network built for another number of agents than the env's.
         """
         if self._actor is None:
-            expected, agents = getattr(self.network, "num_agents", None), datamodule.num_agents
-            if expected is not None and expected != agents:
-                raise ValueError(f"model.network.num_agents={expected} does not match the env: env.num_agents={agents} "
-                                 f"(e.g. the vacuum env's num_robots)")
-            datamodule.setup("fit")
-            self.build(datamodule.env.action_spec_unbatched, datamodule.example_observation(),
-                       datamodule.agent_action_spec())
+            expected = getattr(self.network, "num_agents", None)
+            if expected is not None and expected != specs.num_agents:
+                raise ValueError(f"model.network.num_agents={expected} does not match the env: "
+                                 f"env.num_agents={specs.num_agents} (e.g. the vacuum env's num_robots)")
+            self.build(specs.action_spec, specs.example_observation, specs.agent_action_spec)
 
     def replay_transform(self) -> MultiStepTransform | None:
         """The buffer transform of n-step returns (``n_step > 1``), with this module's gamma."""

@@ -15,11 +15,11 @@ The penultimate layer is the customer's embedding, which the policy reads beside
 
 from __future__ import annotations
 
-import math
-
 import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
+
+from envs.dvrp.customers import acceptance_log_prob, refusal_log_prob
 
 
 class FlexibilityModel(nn.Module):
@@ -28,12 +28,18 @@ class FlexibilityModel(nn.Module):
     ``embedding = tanh(MLP(x))`` and ``log p = log_softmax(Linear(embedding))``. The weights are
     initialised from ``init_seed`` (not the global RNG), so every process builds the same model.
 
+    It implements the DVRP env's :class:`envs.dvrp.customers.CustomerModel` (``env.flexibility``).
+
     Args:
-        num_types: K. num_attributes: A. embedding_dim: D. hidden_dim: width of the MLP's hidden layer.
+        num_types: K. num_attributes: A (the DVRP env's customers have A = K attributes).
+        embedding_dim: D. hidden_dim: width of the MLP's hidden layer.
         init_seed: seed of the initial weights.
+
+    Raises:
+        ValueError: a size < 1.
     """
 
-    def __init__(self, num_types: int, num_attributes: int, embedding_dim: int = 4, hidden_dim: int = 32,
+    def __init__(self, num_types: int = 4, num_attributes: int = 4, embedding_dim: int = 4, hidden_dim: int = 32,
                  init_seed: int = 0) -> None:
         super().__init__()
         if min(num_types, num_attributes, embedding_dim, hidden_dim) < 1:
@@ -50,27 +56,6 @@ class FlexibilityModel(nn.Module):
     def forward(self, attributes: Tensor) -> tuple[Tensor, Tensor]:
         embedding = self.body(attributes)
         return torch.log_softmax(self.head(embedding), -1), embedding
-
-
-def acceptance_log_prob(log_probs: Tensor, shift: Tensor) -> Tensor:
-    """log P(k >= s): ``log_probs`` ``[..., K]`` and int64 ``shift`` = |s| (broadcastable) -> ``[...]``.
-
-    ``s = 0`` gives 0 (always accepted); ``s >= K`` gives -inf (nobody accepts).
-    """
-    tail = torch.logcumsumexp(log_probs.flip(-1), -1).flip(-1)  # log P(k >= j), j = 0..K-1
-    tail = torch.cat([tail, torch.full_like(tail[..., :1], -math.inf)], -1)
-    shift = shift.clamp(0, log_probs.shape[-1])
-    tail, shift = torch.broadcast_tensors(tail, shift.unsqueeze(-1))
-    return tail.gather(-1, shift[..., :1]).squeeze(-1)
-
-
-def refusal_log_prob(log_probs: Tensor, shift: Tensor) -> Tensor:
-    """log P(k < s), the shapes of :func:`acceptance_log_prob`; ``s = 0`` gives -inf, ``s >= K`` gives 0."""
-    head = torch.logcumsumexp(log_probs, -1)  # log P(k <= j) = log P(k < j + 1)
-    head = torch.cat([torch.full_like(head[..., :1], -math.inf), head], -1)
-    shift = shift.clamp(0, log_probs.shape[-1])
-    head, shift = torch.broadcast_tensors(head, shift.unsqueeze(-1))
-    return head.gather(-1, shift[..., :1]).squeeze(-1)
 
 
 def censored_nll(log_probs: Tensor, shift: Tensor, accepted: Tensor) -> Tensor:

@@ -13,6 +13,7 @@ from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
+from envs import EnvSpecs
 from modules.actor_critic import ActorCriticNetwork
 from modules.base import RLModule
 
@@ -82,9 +83,9 @@ class PPOModule(RLModule):
     def collector_policy(self) -> TensorDictSequential:
         return self._policy
 
-    def prepare(self, datamodule) -> None:
-        """Materialise lazy layers on an example observation of the data module's env."""
-        self.materialize(datamodule.example_observation())
+    def prepare(self, specs: EnvSpecs) -> None:
+        """Materialise lazy layers on an example observation of the env."""
+        self.materialize(specs.example_observation)
 
     def materialize(self, observation: TensorDict) -> None:
         """Run the policy once on ``observation`` (no grad) so that lazy layers get their shapes."""

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from modules.base import RLModule
 from modules.routing import Rollout, RoutingPolicy
+from modules.schedule import FrameSchedule
 
 
 def plan_objective(rollout: Rollout, unserved_penalty: float) -> Tensor:
@@ -63,7 +64,7 @@ class REINFORCEModule(RLModule):
         self.save_hyperparameters(ignore=["policy"])
         self.policy = policy
         self.baseline = copy.deepcopy(policy).requires_grad_(False)
-        self.next_eval_frames = eval_interval_frames
+        self.evaluation_schedule = FrameSchedule(eval_interval_frames)
         self.baseline_updates = 0
 
     @property
@@ -98,9 +99,8 @@ class REINFORCEModule(RLModule):
         self.record("rollout/feasible", feasible.float().mean())
         if bool(feasible.any()):
             self.record("rollout/route_km", sampled.length[feasible].float().mean())
-        if self.collected_frames >= self.next_eval_frames:
+        if self.evaluation_schedule.due(self.collected_frames):
             self.evaluate()
-            self.next_eval_frames += self.hparams.eval_interval_frames
         self.flush_metrics()
         return loss.detach()
 
@@ -135,10 +135,10 @@ class REINFORCEModule(RLModule):
 
     # ------------------------------------------------------------------ checkpoint
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Also store the evaluation schedule and what :func:`envs.dvrp.neural_oracle.load_routing_policy`
+        """Also store the evaluation schedule and what :func:`pipelines.checkpoints.load_exported_model`
         needs: the network's constructor arguments and the instance size (N, M) it was trained for."""
         super().on_save_checkpoint(checkpoint)
-        checkpoint["reinforce_state"] = {"next_eval_frames": self.next_eval_frames,
+        checkpoint["reinforce_state"] = {"next_eval_frames": self.evaluation_schedule.next_frames,
                                          "baseline_updates": self.baseline_updates}
         env = self.trainer.datamodule.env_config if self._trainer is not None else None
         checkpoint["routing_policy"] = {
@@ -151,5 +151,5 @@ class REINFORCEModule(RLModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
         state = checkpoint.get("reinforce_state", {})
-        self.next_eval_frames = int(state.get("next_eval_frames", self.next_eval_frames))
+        self.evaluation_schedule.next_frames = int(state.get("next_eval_frames", self.evaluation_schedule.next_frames))
         self.baseline_updates = int(state.get("baseline_updates", self.baseline_updates))

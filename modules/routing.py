@@ -6,7 +6,7 @@ customers once; each decoding step forms a context query from the graph embeddin
 embedding and the vehicle state (time, remaining capacity, vehicles and customers left), attends to
 the node embeddings (multi-head glimpse), and scores every node with a single-head pointer,
 ``C * tanh(q . k / sqrt(E))`` with C = 10, masked to the feasible nodes of
-:func:`envs.vrptw.construction.customer_mask`. Every plan it builds is therefore feasible, whatever the
+:func:`envs.routing.construction.customer_mask`. Every plan it builds is therefore feasible, whatever the
 weights; with a fixed fleet a construction can still dead-end, and is then reported infeasible.
 
 Time windows make the value of a node depend on *when* the vehicle gets there, which static embeddings
@@ -25,8 +25,8 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-from envs.vrptw import construction
-from envs.vrptw.problem import distance_matrix
+from envs.routing import construction
+from envs.routing.problem import distance_matrix
 from modules.attention import SetEncoder
 
 CUSTOMER_FEATURES = 7  # dx, dy (/coord_scale), ready/H, due/H, service/H, demand/Q, depot distance/H
@@ -92,7 +92,7 @@ class RoutingPolicy(nn.Module):
         embed_dim: E. num_heads: heads of encoder and glimpse. num_layers: encoder depth.
         ff_dim: encoder feed-forward width (default 2E). tanh_clipping: C of the pointer logits.
         coord_scale: km per unit of the coordinate features.
-        early_return: the construction rule (:mod:`envs.vrptw.construction`): may a route close while
+        early_return: the construction rule (:mod:`envs.routing.construction`): may a route close while
             a customer could still be appended. False (maximal routes) suits a binding fleet.
         step_features: add per-node arrival / wait / slack / distance features to the keys at every step.
 
@@ -193,9 +193,9 @@ class RoutingPolicy(nn.Module):
         """Build one plan per instance with the shared construction rules.
 
         Args:
-            problem: TensorDict ``[R]`` (:mod:`envs.vrptw.problem`), any float dtype.
+            problem: TensorDict ``[R]`` (:mod:`envs.routing.problem`), any float dtype.
             decode: ``greedy`` (argmax) or ``sample`` (from the masked softmax; log-probabilities kept).
-            margin: safety margin (time units); :func:`~envs.vrptw.construction.default_margin` if None.
+            margin: safety margin (time units); :func:`~envs.routing.construction.default_margin` if None.
             generator: RNG of ``sample``.
             symmetry: ``[R, 2, 2]`` input augmentation of the coordinates (:data:`SYMMETRIES`), or None.
 

@@ -14,6 +14,7 @@ from torchrl.data import Bounded, Categorical, OneHot
 from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
 from torchrl.objectives import DiscreteSACLoss, SACLoss, SoftUpdate, ValueEstimators
 
+from envs import EnvSpecs
 from modules.base import RLModule
 
 _LOSSES = ("loss_actor", "loss_qvalue", "loss_alpha")
@@ -156,11 +157,10 @@ class SACModule(RLModule):
     def collector_policy(self) -> ProbabilisticActor:
         return self._actor
 
-    def prepare(self, datamodule) -> None:
-        """Build on the data module's env: its action spec and an example observation (lazy layers)."""
+    def prepare(self, specs: EnvSpecs) -> None:
+        """Build on the env's specs: its action spec and an example observation (lazy layers)."""
         if self._actor is None:
-            datamodule.setup("fit")
-            self.build(datamodule.agent_action_spec(), datamodule.example_observation())
+            self.build(specs.agent_action_spec, specs.example_observation)
 
     # ------------------------------------------------------------------ update
     def training_step(self, batch: TensorDict, batch_idx: int) -> Tensor:

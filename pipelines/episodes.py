@@ -1,7 +1,7 @@
 """Episode-level data for construction policies trained on whole plans (REINFORCE, ``modules.reinforce``).
 
 Instead of collector rollouts, each training step receives a batch of problem instances (a problem
-TensorDict, :mod:`envs.vrptw.problem`); the module builds the plans in-graph (encoder once per instance)
+TensorDict, :mod:`envs.routing.problem`); the module builds the plans in-graph (encoder once per instance)
 and counts the construction steps as frames. Batch i of rank k holds the instances keyed
 ``episode_keys(seed + k * batch_size + j, i)``, j < batch_size, so a resumed run (the batch index is in
 the checkpoint) sees the same data. A fixed validation set (keys far from the training seeds) serves
@@ -16,7 +16,7 @@ import torch
 from jsonargparse.typing import PositiveInt
 from tensordict import TensorDict
 
-from envs.dvrp import rng
+from envs import rng
 from envs.vrptw.config import VRPTWConfig
 from pipelines.data import RLDataModule
 
@@ -54,6 +54,10 @@ class EpisodeDataModule(RLDataModule):
 
     def setup(self, stage: str) -> None:
         """Nothing to build: instances are drawn per batch (no env, no collector)."""
+
+    def env_specs(self) -> None:
+        """None: no step-wise env (the module builds whole plans from problem batches)."""
+        return None
 
     def _problems(self, first_row: int, rows: int, episode: int) -> TensorDict:
         seeds = first_row + torch.arange(rows, dtype=torch.long)

@@ -1,6 +1,7 @@
 """Dynamic VRP with time windows and window offers (the headline problem)."""
 
-from envs.dvrp.config import DVRPConfig, FlexibilityConfig
+from envs.dvrp.config import DVRPConfig
+from envs.dvrp.customers import CustomerModel
 from envs.dvrp.env import DVRPEnv
 
-__all__ = ["DVRPConfig", "DVRPEnv", "FlexibilityConfig"]
+__all__ = ["CustomerModel", "DVRPConfig", "DVRPEnv"]

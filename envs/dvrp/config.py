@@ -2,43 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from functools import partial
 from typing import Literal
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from envs.config import EnvConfig
+from envs import unwrap
+from envs.config import EnvConfig, require
+from envs.dvrp.baselines import BASELINES, ScriptedOfferPolicy
+from envs.dvrp.customers import CustomerModel
 from envs.dvrp.env import DVRPEnv
 from envs.dvrp.generator import InstanceGenerator, type_posterior
-from envs.dvrp.neural_oracle import load_routing_policy
+from envs.dvrp.neural_oracle import RoutingSolver
 from envs.dvrp.reader import FileInstances, expand_instance_paths
-from modules.flexibility import FlexibilityModel
-
-
-def _require(ok: bool, key: str, value: object, allowed: str) -> None:
-    if not ok:
-        raise ValueError(f"env.{key}={value!r} is not allowed: {allowed}")
-
-
-@dataclass
-class FlexibilityConfig:
-    """The learned customer-flexibility model of the env (``env.flexibility``).
-
-    With it, the env adds the model's p(k | attributes) and embedding to every customer row and to the
-    request, the predicted acceptance probability to every offer, and records each offer's outcome
-    (``outcome``) for ``callbacks.EmbeddingUpdate``, which retrains the model during the run.
-
-    Args:
-        embedding_dim: D, width of the customer embedding.
-        hidden_dim: width of the model's hidden layer.
-        refusal_mask_threshold: when set, offers whose predicted refusal probability P(k < |s| | x)
-            exceeds it are masked, on top of the feasibility mask (reject is never masked).
-    """
-
-    embedding_dim: int = 4
-    hidden_dim: int = 32
-    refusal_mask_threshold: float | None = None
+from envs.dvrp.reference import solve_with_pyvrp
 
 
 class DVRPConfig(EnvConfig):
@@ -66,17 +45,25 @@ class DVRPConfig(EnvConfig):
             quote re-solves the served set plus the request with a trained routing policy
             (:class:`envs.dvrp.neural_oracle.NeuralOracle`).
         oracle_checkpoint: the routing policy's training checkpoint (``configs/vrptw_oracle.yaml``), for
-            ``oracle: neural``; it must have been trained for this ``num_customers``.
+            ``oracle: neural``; it must have been trained for this ``num_customers``. The file is read by
+            the pipeline (``pipelines.checkpoints``), which hands the policy over with :meth:`attach_model`.
         oracle_augment: greedy plans per quoted instance under coordinate symmetries for ``oracle: neural``
             (best feasible kept): 8 routes far more requests than 1, at about 7x the time.
         dtype: float type of instance data and plans.
-        flexibility: the learned customer-flexibility model (:class:`FlexibilityConfig`), or null for none.
+        flexibility: a learned customer model (:class:`~envs.dvrp.customers.CustomerModel`, e.g.
+            ``class_path: modules.flexibility.FlexibilityModel``), or null for none. With it, the env adds
+            the model's p(k | attributes) and embedding to every customer row and to the request, the
+            predicted acceptance probability to every offer, and records each offer's outcome
+            (``outcome``) for ``callbacks.EmbeddingUpdate``, which retrains the model during the run. One
+            model is shared by every env built from this config.
+        refusal_mask_threshold: with ``flexibility``, offers whose predicted refusal probability
+            P(k < |s| | x) exceeds it are masked, on top of the feasibility mask (reject is never masked).
 
     Raises:
-        ValueError: a key out of its allowed range (the message names the key), or an oracle checkpoint
-            trained for another ``num_customers``; FileNotFoundError: an ``instances`` glob matching
-            nothing, or a missing ``oracle_checkpoint``. Instance files and the oracle checkpoint are read
-            here, before any training.
+        ValueError: a key out of its allowed range (the message names the key), or a ``flexibility`` model
+            that is no ``nn.Module`` or predicts another number of types than ``type_mix`` has;
+            FileNotFoundError: an ``instances`` glob matching nothing, or a missing ``oracle_checkpoint``.
+            Instance files are read here, before any training.
     """
 
     def __init__(
@@ -100,32 +87,35 @@ class DVRPConfig(EnvConfig):
         oracle_checkpoint: str | None = None,
         oracle_augment: int = 8,
         dtype: Literal["float32", "float64"] = "float32",
-        flexibility: FlexibilityConfig | None = None,
+        flexibility: CustomerModel | None = None,
+        refusal_mask_threshold: float | None = None,
     ) -> None:
         type_mix = [float(p) for p in type_mix]
-        _require(num_customers >= 1, "num_customers", num_customers, "must be >= 1")
-        _require(num_vehicles >= 1, "num_vehicles", num_vehicles, "must be >= 1")
-        _require(capacity is None or capacity > 0, "capacity", capacity, "must be > 0 or null (files' own)")
-        _require(max_shift >= 0, "max_shift", max_shift, "must be >= 0")
-        _require(len(type_mix) >= 1 and all(p >= 0 for p in type_mix) and abs(sum(type_mix) - 1.0) < 1e-6,
+        require(num_customers >= 1, "num_customers", num_customers, "must be >= 1")
+        require(num_vehicles >= 1, "num_vehicles", num_vehicles, "must be >= 1")
+        require(capacity is None or capacity > 0, "capacity", capacity, "must be > 0 or null (files' own)")
+        require(max_shift >= 0, "max_shift", max_shift, "must be >= 0")
+        require(len(type_mix) >= 1 and all(p >= 0 for p in type_mix) and abs(sum(type_mix) - 1.0) < 1e-6,
                  "type_mix", type_mix, "non-negative probabilities summing to 1")
-        _require(attribute_separation >= 0, "attribute_separation", attribute_separation, "must be >= 0")
-        _require(layout in ("R", "C", "RC"), "layout", layout, "one of R, C, RC")
-        _require(oracle in ("insertion", "neural"), "oracle", oracle, "one of: insertion, neural")
-        _require(oracle_augment >= 1, "oracle_augment", oracle_augment, "must be >= 1")
-        _require(oracle != "neural" or oracle_checkpoint is not None, "oracle_checkpoint", oracle_checkpoint,
+        require(attribute_separation >= 0, "attribute_separation", attribute_separation, "must be >= 0")
+        require(layout in ("R", "C", "RC"), "layout", layout, "one of R, C, RC")
+        require(oracle in ("insertion", "neural"), "oracle", oracle, "one of: insertion, neural")
+        require(oracle_augment >= 1, "oracle_augment", oracle_augment, "must be >= 1")
+        require(oracle != "neural" or oracle_checkpoint is not None, "oracle_checkpoint", oracle_checkpoint,
                  "a routing-policy checkpoint is required with oracle: neural (train one with configs/vrptw_oracle.yaml)")
-        _require(dtype in ("float32", "float64"), "dtype", dtype, "one of float32, float64")
-        _require(max_demand >= 1, "max_demand", max_demand, "must be >= 1")
-        _require(num_clusters >= 1, "num_clusters", num_clusters, "must be >= 1")
-        _require(window_width > 0, "window_width", window_width, "must be > 0")
-        _require(service_time >= 0, "service_time", service_time, "must be >= 0")
-        if flexibility is not None:
-            _require(flexibility.embedding_dim >= 1, "flexibility.embedding_dim", flexibility.embedding_dim, "must be >= 1")
-            _require(flexibility.hidden_dim >= 1, "flexibility.hidden_dim", flexibility.hidden_dim, "must be >= 1")
-            threshold = flexibility.refusal_mask_threshold
-            _require(threshold is None or 0.0 <= threshold < 1.0, "flexibility.refusal_mask_threshold", threshold,
-                     "must be in [0, 1) or null")
+        require(dtype in ("float32", "float64"), "dtype", dtype, "one of float32, float64")
+        require(max_demand >= 1, "max_demand", max_demand, "must be >= 1")
+        require(num_clusters >= 1, "num_clusters", num_clusters, "must be >= 1")
+        require(window_width > 0, "window_width", window_width, "must be > 0")
+        require(service_time >= 0, "service_time", service_time, "must be >= 0")
+        require(refusal_mask_threshold is None or 0.0 <= refusal_mask_threshold < 1.0, "refusal_mask_threshold",
+                refusal_mask_threshold, "must be in [0, 1) or null")
+        require(refusal_mask_threshold is None or flexibility is not None, "refusal_mask_threshold",
+                refusal_mask_threshold, "needs a flexibility model (env.flexibility)")
+        self.embedding_dim = 0 if flexibility is None else _embedding_dim(flexibility, len(type_mix))
+        if oracle_checkpoint is not None and not os.path.isfile(oracle_checkpoint):
+            raise FileNotFoundError(f"env.oracle_checkpoint={oracle_checkpoint!r}: no such file (train one with "
+                                    f"`python -m pipelines.fit --config configs/vrptw_oracle.yaml`)")
         self.num_customers = num_customers
         self.num_vehicles = num_vehicles
         self.capacity = capacity
@@ -144,16 +134,15 @@ class DVRPConfig(EnvConfig):
         self.oracle = oracle
         self.oracle_checkpoint = oracle_checkpoint
         self.oracle_augment = oracle_augment
-        # the routing network, shared by every env of this config (None for the insertion oracle)
-        self.routing_policy = None if oracle != "neural" else load_routing_policy(oracle_checkpoint, num_customers)
+        self.routing_policy: RoutingSolver | None = None  # handed over by the pipeline (attach_model)
         self.dtype = dtype
         self.flexibility = flexibility
+        self.refusal_mask_threshold = refusal_mask_threshold
         # one model shared by every env built from this config (training and evaluation envs alike)
-        self.embedding_model = None if flexibility is None else FlexibilityModel(
-            len(type_mix), len(type_mix), flexibility.embedding_dim, flexibility.hidden_dim)
+        self.embedding_model = flexibility
         mix = torch.tensor(type_mix, dtype=torch.float64)
         if instances is None:
-            _require(capacity is not None, "capacity", capacity, "required for generated instances")
+            require(capacity is not None, "capacity", capacity, "required for generated instances")
             self.source: InstanceGenerator | FileInstances = InstanceGenerator(
                 num_customers, layout, horizon, window_width, service_time, capacity, max_demand, mix,
                 attribute_separation, num_clusters, cluster_std)
@@ -176,5 +165,70 @@ class DVRPConfig(EnvConfig):
         """A = 2S + 2: shifts -S..S (index s + S), then reject (index 2S + 1)."""
         return 2 * self.max_shift + 2
 
+    def model_checkpoints(self) -> dict[str, str]:
+        """``{"routing_policy": oracle_checkpoint}`` for ``oracle: neural`` (see ``EnvConfig.model_checkpoints``)."""
+        return {"routing_policy": self.oracle_checkpoint} if self.oracle == "neural" else {}
+
+    def attach_model(self, name: str, model: nn.Module, trained_for: dict) -> None:
+        """Take the routing policy of ``oracle: neural`` (``name = "routing_policy"``), shared by every env
+        of this config.
+
+        Args:
+            name: ``routing_policy``.
+            model: the policy (a :class:`~envs.dvrp.neural_oracle.RoutingSolver`, in eval mode).
+            trained_for: its checkpoint's record of the instances it was trained on (``num_customers``).
+
+        Raises:
+            ValueError: another name, or a policy trained for another ``num_customers`` (the message names
+                the file and both sizes).
+        """
+        require(name == "routing_policy", "model", name, "routing_policy (the neural oracle's policy)")
+        trained = trained_for.get("num_customers")
+        if trained != self.num_customers:
+            raise ValueError(f"env.oracle_checkpoint={self.oracle_checkpoint!r}: trained for num_customers={trained}, "
+                             f"this env has {self.num_customers}")
+        self.routing_policy = model
+
+    def baseline_policies(self) -> dict:
+        """The scripted offer policies of :mod:`envs.dvrp.baselines` (``preferred`` ... ``clairvoyant``)."""
+        return {name: partial(_scripted, name) for name in BASELINES}
+
+    def reference_cost(self, episode: dict, seconds: float) -> float | None:
+        """PyVRP's cost (km) of an exported episode's served set with its agreed windows
+        (:func:`envs.dvrp.reference.solve_with_pyvrp`), or None when it finds no plan."""
+        found = solve_with_pyvrp(episode, self.num_vehicles, seconds)
+        return None if found is None else found[0]
+
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> DVRPEnv:
+        """Build the env.
+
+        Raises:
+            ValueError: ``oracle: neural`` without an attached routing policy.
+        """
+        if self.oracle == "neural" and self.routing_policy is None:
+            raise ValueError(f"env.oracle=neural needs the routing policy of env.oracle_checkpoint="
+                             f"{self.oracle_checkpoint!r}, read from the file and handed over by attach_model")
         return DVRPEnv(self, num_envs=num_envs, seed=seed, device=device)
+
+
+def _scripted(name: str, env, seed: int) -> ScriptedOfferPolicy:
+    return ScriptedOfferPolicy(name, unwrap(env), seed=seed)
+
+
+def _embedding_dim(model: CustomerModel, num_types: int) -> int:
+    """D of a customer model, read from one probe call on zero attributes ``[1, K]``.
+
+    Raises:
+        ValueError: not an ``nn.Module``, or outputs that are not (``[1, K]``, ``[1, D]``).
+    """
+    require(isinstance(model, nn.Module), "flexibility", type(model).__name__,
+            "an nn.Module implementing envs.dvrp.customers.CustomerModel (e.g. modules.flexibility.FlexibilityModel)")
+    with torch.no_grad():
+        out = model(torch.zeros(1, num_types))
+    shapes = [list(t.shape) for t in out] if isinstance(out, tuple) else [list(getattr(out, "shape", []))]
+    require(len(shapes) == 2 and shapes[0] == [1, num_types] and len(shapes[1]) == 2 and shapes[1][0] == 1,
+            "flexibility", type(model).__name__, f"a model mapping attributes [n, {num_types}] to (log p [n, {num_types}] "
+                                                 f"for the {num_types} types of env.type_mix, embedding [n, D]); got "
+                                                 f"outputs of shapes {shapes}")
+    embedding = out[1]
+    return int(embedding.shape[1])

@@ -17,13 +17,12 @@ from tensordict import TensorDict
 from torch import Tensor
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 
-from envs.dvrp import rng
+from envs.dvrp.customers import acceptance_log_prob
 from envs.dvrp.generator import type_posterior
 from envs.dvrp.neural_oracle import NeuralOracle
 from envs.dvrp.oracle import CostOracle, InsertionOracle
 from envs.dvrp.render import plot_routes
 from envs.seeding import RowSeededEnv
-from modules.flexibility import acceptance_log_prob
 
 if TYPE_CHECKING:
     from envs.dvrp.config import DVRPConfig
@@ -64,7 +63,7 @@ class DVRPEnv(RowSeededEnv):
         * ``depot`` ``[B, 2]``: depot x/100, y/100.
         * ``action_mask`` bool ``[B, A]``: True = allowed. An offer is masked when its window is empty
           after clipping or cannot be inserted feasibly (capacity, every promised window, return by H).
-          Reject is always allowed. With ``flexibility.refusal_mask_threshold`` set, offers whose predicted
+          Reject is always allowed. With ``refusal_mask_threshold`` set, offers whose predicted
           refusal probability exceeds it are masked too.
         * ``outcome`` (with the model): the decided offer, for the model's training: ``attributes``
           ``[B, K]``, int64 ``shift`` ``[B]`` (|s|), bool ``offered`` (False for a reject and at reset),
@@ -84,7 +83,7 @@ class DVRPEnv(RowSeededEnv):
 
     Seeding:
         Row b of an env seeded ``s`` plays the episodes of a single env seeded ``s + b`` (counter-based
-        draws, see :mod:`envs.dvrp.rng`), so results do not depend on the batch size.
+        draws, see :mod:`envs.rng`), so results do not depend on the batch size.
 
     Args:
         config: the problem's parameters.
@@ -105,7 +104,7 @@ class DVRPEnv(RowSeededEnv):
         self.num_actions = 2 * s + 2
         self.dtype = getattr(torch, config.dtype)
         self.flexibility = config.embedding_model  # shared with the config; None without the model
-        extra = 0 if self.flexibility is None else k + self.flexibility.embedding_dim
+        extra = 0 if self.flexibility is None else k + config.embedding_dim
         dev = self.device
         self.shifts = torch.arange(-s, s + 1, device=dev)
         if config.oracle == "neural":
@@ -172,38 +171,37 @@ class DVRPEnv(RowSeededEnv):
         self.reward_spec = Unbounded(shape=(b, 1), **f32)
 
     # ------------------------------------------------------------------ seeding / state
-    def rng_state(self) -> dict[str, Tensor]:
+    def resume_state(self) -> dict[str, Tensor]:
         """The base state (row seeds, episodes in progress) and, with a flexibility model, the
         predictions those episodes started with (``predictions`` ``[B, N, K + D]``, ``acceptance``
         ``[B, N, W]``): the model may have been updated since."""
-        state = super().rng_state()
+        state = super().resume_state()
         if self.flexibility is not None:
             state["predictions"] = self.static[..., STATIC_FEATURES + self.config.num_types:].cpu().clone()
             state["acceptance"] = self.acceptance.cpu().clone()
         return state
 
-    def load_rng_state(self, state: dict[str, Tensor]) -> None:
-        """Restore :meth:`rng_state`: the next reset of row b draws episode ``state["episode"][b]`` (with
-        the saved predictions, when present).
+    def load_resume_state(self, state: dict[str, Tensor], keep_row_seeds: bool = False) -> bool:
+        """Restore :meth:`resume_state` (see :meth:`RowSeededEnv.load_resume_state`), with the saved
+        predictions when the rows play the saved rows' episodes (rows with other seeds recompute theirs
+        with the current model).
+
+        Returns:
+            Whether the rows play the saved rows' episodes.
 
         Raises:
             ValueError: the state was saved from an env with another batch size.
         """
-        super().load_rng_state(state)
-        if self.flexibility is not None and "predictions" in state:
+        same_rows = super().load_resume_state(state, keep_row_seeds)
+        if same_rows and self.flexibility is not None and "predictions" in state:
             self._saved = (state["predictions"].to(self.device), state["acceptance"].to(self.device),
                            torch.ones(self.batch_size[0], dtype=torch.bool, device=self.device))
+        return same_rows
 
     # ------------------------------------------------------------------ dynamics
     def _reset(self, tensordict: TensorDict | None = None, **kwargs) -> TensorDict:
         b = self.batch_size[0]
-        if tensordict is not None and "_reset" in tensordict.keys():
-            rows = tensordict["_reset"].reshape(b)
-        else:
-            rows = torch.ones(b, dtype=torch.bool, device=self.device)
-        idx = rows.nonzero().squeeze(-1)
-        keys = rng.episode_keys(self.row_seed[idx], self.episode[idx])
-        self.episode = self.episode + rows.long()
+        rows, idx, _, keys = self.start_episodes(tensordict)
         new = self.config.source.sample(keys, self.dtype).to(self.device)
         self.instances[idx] = new
         self.customers[idx] = torch.cat([new["xy"], torch.stack([new[c] for c in _PACKED], -1), new["attributes"]], -1)
@@ -281,7 +279,7 @@ class DVRPEnv(RowSeededEnv):
         feasible = quote.feasible & (self.windows[..., 1] > self.windows[..., 0]) & live.unsqueeze(-1)
         if self.flexibility is not None:
             self._accept_p = self.acceptance.view(-1, self.num_windows).index_select(0, u)
-            threshold = self.config.flexibility.refusal_mask_threshold
+            threshold = self.config.refusal_mask_threshold
             if threshold is not None:
                 feasible = feasible & (1.0 - self._accept_p <= threshold)
         self.mask = torch.cat([feasible, self._ones], -1)

@@ -17,7 +17,7 @@ kind           ``[R, N]`` int64     hidden flexibility type k in {0..K-1}: accep
 attributes     ``[R, N, K]``        observable attributes x ~ N(sep * e_k, I_K)
 =============  ===================  ============================================================
 
-All draws come from :mod:`envs.dvrp.rng`, keyed by (row seed, episode index).
+All draws come from :mod:`envs.rng`, keyed by (row seed, episode index).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from envs.dvrp import rng
+from envs import rng
 
 # stream ids of the counter-based generator (distinct per drawn quantity)
 _XY, _DEMAND, _READY, _KIND, _ATTR, _CLUSTER, _CENTRE, _OFFSET, _MIX, _FILE, _PICK = (

@@ -10,26 +10,22 @@ the current plan's (it may be negative: a re-solve can find a shorter plan); ``f
 policy routed every customer within M vehicles. ``commit`` adopts the quoted plan of the chosen window.
 
 Semantics are those of the insertion oracle (see :mod:`envs.dvrp.oracle`), enforced by the shared
-construction rules of :mod:`envs.vrptw.construction` with the same float safety margin, so every plan
-is feasible whatever the network's weights. The network lives in ``modules/``; the env receives it
-(:func:`load_routing_policy` rebuilds it from a training checkpoint).
+construction rules of :mod:`envs.routing.construction` with the same float safety margin, so every plan
+is feasible whatever the network's weights. The network lives in ``modules/``; the env receives it as a
+:class:`RoutingSolver` (the pipeline reads it from its training checkpoint: ``DVRPConfig.attach_model``).
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 from typing import Protocol
 
 import torch
 from tensordict import TensorDict
-from torch import Tensor, nn
+from torch import Tensor
 
 from envs.dvrp.oracle import CostOracle, Quote, schedule
-from envs.vrptw.construction import default_margin
-from envs.vrptw.problem import make_problem
-
-_DEFAULT_POLICY = "modules.routing.RoutingPolicy"
+from envs.routing.construction import default_margin
+from envs.routing.problem import make_problem
 
 
 class RoutingSolver(Protocol):
@@ -37,41 +33,6 @@ class RoutingSolver(Protocol):
 
     def solve(self, problem: TensorDict, margin: float | None = None, num_augment: int = 1
               ) -> tuple[Tensor, Tensor, Tensor]: ...
-
-
-def load_routing_policy(path: str, num_customers: int, device: torch.device | str = "cpu") -> nn.Module:
-    """Rebuild the routing policy of a ``configs/vrptw_oracle.yaml`` training checkpoint (eval mode).
-
-    The checkpoint is a Lightning file written by :class:`modules.reinforce.REINFORCEModule`: its
-    ``routing_policy`` entry holds the network's class path and constructor arguments and the instance
-    size it was trained for; the weights are the ``policy.*`` entries of ``state_dict``. The file is
-    unpickled (``weights_only=False``): load only checkpoints you trust.
-
-    Args:
-        path: the checkpoint file. num_customers: N of the env that will use it.
-        device: where the network is placed.
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: not a routing-policy checkpoint, or trained for another ``num_customers`` (the
-            message names both sizes).
-    """
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"env.oracle_checkpoint={path!r}: no such file (train one with "
-                                f"`python -m pipelines.fit --config configs/vrptw_oracle.yaml`)")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    info = checkpoint.get("routing_policy") if isinstance(checkpoint, dict) else None
-    if info is None or "state_dict" not in checkpoint:
-        raise ValueError(f"env.oracle_checkpoint={path!r} is not a routing-policy checkpoint (no 'routing_policy' "
-                         f"entry; train one with configs/vrptw_oracle.yaml)")
-    if info["num_customers"] != num_customers:
-        raise ValueError(f"env.oracle_checkpoint={path!r}: trained for num_customers={info['num_customers']}, "
-                         f"this env has {num_customers}")
-    module_name, _, class_name = info.get("class_path", _DEFAULT_POLICY).rpartition(".")
-    policy = getattr(importlib.import_module(module_name), class_name)(**info["config"])
-    weights = {k[len("policy."):]: v for k, v in checkpoint["state_dict"].items() if k.startswith("policy.")}
-    policy.load_state_dict(weights)
-    return policy.to(device).eval()
 
 
 def route_vehicles(routes: Tensor, depot: Tensor, xy: Tensor, demand: Tensor, service: Tensor, ready: Tensor,

@@ -18,7 +18,7 @@ import vrplib
 from tensordict import TensorDict
 from torch import Tensor
 
-from envs.dvrp import rng
+from envs import rng
 from envs.dvrp.generator import _FILE, _PICK, assemble
 
 

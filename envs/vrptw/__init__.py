@@ -1,22 +1,9 @@
-"""Static VRPTW route construction: the problem batch (:mod:`~envs.vrptw.problem`), the construction rules
-(:mod:`~envs.vrptw.construction`), an instance source drawn from DVRP episodes (:mod:`~envs.vrptw.source`)
-and a batched TorchRL env over them (:mod:`~envs.vrptw.env`), the training ground of the neural oracle.
+"""Static VRPTW route construction as a batched TorchRL env (:mod:`~envs.vrptw.env`, on the rules of
+:mod:`envs.routing`), with an instance source drawn from DVRP episodes (:mod:`~envs.vrptw.source`): the
+training ground of the DVRP env's neural oracle."""
 
-``VRPTWConfig``, ``VRPTWEnv`` and ``DVRPServedSets`` are resolved on first access (PEP 562): the DVRP
-package imports the problem and construction modules for its neural oracle, and an eager import of the
-source here (which imports the DVRP package) would close an import cycle.
-"""
+from envs.vrptw.config import VRPTWConfig
+from envs.vrptw.env import VRPTWEnv
+from envs.vrptw.source import DVRPServedSets
 
-from __future__ import annotations
-
-import importlib
-
-_LAZY = {"VRPTWConfig": "envs.vrptw.config", "VRPTWEnv": "envs.vrptw.env", "DVRPServedSets": "envs.vrptw.source"}
-
-__all__ = list(_LAZY)
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'envs.vrptw' has no attribute {name!r}")
+__all__ = ["DVRPServedSets", "VRPTWConfig", "VRPTWEnv"]

@@ -9,10 +9,10 @@ from tensordict import TensorDict
 from torch import Tensor
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 
-from envs.dvrp import rng
+from envs import rng
+from envs.routing import construction
+from envs.routing.problem import distance_matrix
 from envs.seeding import RowSeededEnv
-from envs.vrptw import construction
-from envs.vrptw.problem import distance_matrix
 
 NODE_FIELDS = ("demand", "service", "ready", "due")  # columns 2..5 of ``nodes`` after x, y
 REPORT_KEYS = ("route_km", "unserved", "feasible")
@@ -29,7 +29,7 @@ class ProblemSource(Protocol):
 class VRPTWEnv(RowSeededEnv):
     """B VRPTW instances built into plans one node at a time (``batch_size=[B]``).
 
-    The rules are :mod:`envs.vrptw.construction` (the same functions the neural oracle decodes with).
+    The rules are :mod:`envs.routing.construction` (the same functions the neural oracle decodes with).
 
     Actions:
         ``action`` int64 ``[B]`` in ``[0, 1 + N)``: the next node, 0 = the depot (closes the route; the
@@ -59,7 +59,7 @@ class VRPTWEnv(RowSeededEnv):
     Args:
         source: the instance source (e.g. :class:`~envs.vrptw.source.DVRPServedSets`).
         num_envs: B. seed: seed of row 0. unserved_penalty: km per unserved customer.
-        early_return: the construction rule of :mod:`envs.vrptw.construction`. device: torch device.
+        early_return: the construction rule of :mod:`envs.routing.construction`. device: torch device.
     """
 
     batch_locked = True
@@ -90,17 +90,11 @@ class VRPTWEnv(RowSeededEnv):
         self.reward_spec = Unbounded(shape=(b, 1), **f32)
 
     def _reset(self, tensordict: TensorDict | None = None, **kwargs) -> TensorDict:
-        b = self.batch_size[0]
-        if tensordict is not None and "_reset" in tensordict.keys():
-            rows = tensordict["_reset"].reshape(b)
-        else:
-            rows = torch.ones(b, dtype=torch.bool, device=self.device)
-        idx = rows.nonzero().squeeze(-1)
+        rows, idx, _, keys = self.start_episodes(tensordict)
         if idx.numel():
-            new = self.source.sample(rng.episode_keys(self.row_seed[idx], self.episode[idx])).to(self.device)
+            new = self.source.sample(keys).to(self.device)
             self.problem[idx] = new
             self.dist[idx] = distance_matrix(new["loc"])
-        self.episode = self.episode + rows.long()
         self.state = construction.start(self.problem, self.dist, early_return=self.early_return).where(rows, self.state)
         return self._observation()
 

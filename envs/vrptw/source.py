@@ -6,7 +6,7 @@ distribution: it plays DVRP episodes (the batched :class:`~envs.dvrp.DVRPEnv`, i
 a per-row scripted offer policy and, at a random step t of each row, takes the customers served
 before t plus the request t under one of its windows (a uniformly drawn feasible offer; the preferred
 window when none is feasible). Customer slots are the arrival indices; absent slots are padding.
-Every draw is a counter-based function of the row key (:mod:`envs.dvrp.rng`), so row r of any batch
+Every draw is a counter-based function of the row key (:mod:`envs.rng`), so row r of any batch
 is the same instance whatever the batch size.
 """
 
@@ -18,10 +18,11 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from envs.dvrp import DVRPConfig, DVRPEnv, rng
+from envs import rng
+from envs.dvrp import DVRPConfig, DVRPEnv
 from envs.dvrp.baselines import BASELINES, ScriptedOfferPolicy
 from envs.dvrp.env import SERVED
-from envs.vrptw.problem import make_problem
+from envs.routing.problem import make_problem
 
 _POLICY, _STOP, _RANDOM, _CANDIDATE = 101, 103, 105, 107  # rng streams (distinct from the generator's)
 
@@ -34,7 +35,7 @@ def _uniform_pick(allowed: Tensor, scores: Tensor, fallback: int) -> Tensor:
 
 
 class DVRPServedSets:
-    """Problems (see :mod:`envs.vrptw.problem`) drawn from DVRP episodes of ``config``.
+    """Problems (see :mod:`envs.routing.problem`) drawn from DVRP episodes of ``config``.
 
     Args:
         config: the DVRP problem (its N, M, Q, H, windows and layout or instance files).
@@ -91,7 +92,7 @@ class DVRPServedSets:
         policy = policy.clamp_max(len(self.policies) - 1)
         random_scores = rng.uniform(ekey, _RANDOM, (n, w))
         candidate_scores = rng.uniform(ekey, _CANDIDATE, (w,))
-        env.load_rng_state({"row_seed": key.clone(), "episode": torch.zeros_like(key)})
+        env.seed_rows(key.clone())
         rules = {p: ScriptedOfferPolicy(p, env) for p in self.policies if p != "random"}
         td = env.reset()
         ready = env.instances["ready"].clone()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from tensordict import TensorDict
@@ -11,11 +10,11 @@ from torchrl.envs import check_env_specs
 from torchrl.envs.utils import step_mdp
 
 from envs import make_env
-from tests.route_check import check_exported_plan
 from envs.dvrp import DVRPConfig
 from envs.dvrp.baselines import ScriptedOfferPolicy
 from envs.dvrp.generator import InstanceGenerator, draw_types_and_attributes, type_posterior
-from envs.dvrp.rng import episode_keys
+from envs.rng import episode_keys
+from tests.route_check import check_exported_plan
 
 REPORT = ("plan_cost_km", "served", "failure_rate", "refused")
 
@@ -233,23 +232,23 @@ def test_batch_invariance_files(solomon_dir):
     assert not torch.equal(big[4]["customers"], one["customers"])
 
 
-def test_rng_state_resumes_episode_in_progress():
+def test_resume_state_resumes_episode_in_progress():
     cfg = DVRPConfig(num_customers=12)
     env = make_env(cfg, num_envs=4, seed=3)
     policy = ScriptedOfferPolicy("greedy", env.base_env)
     play_episode(env, policy)  # episode 0
     saved = {}
-    steps, _ = play_episode(env, policy, before_step=lambda t, td: saved.update(env.base_env.rng_state())
+    steps, _ = play_episode(env, policy, before_step=lambda t, td: saved.update(env.base_env.resume_state())
                             if t == 5 else None)  # episode 1; state saved mid-episode
     fresh = make_env(cfg, num_envs=4, seed=123)
-    fresh.base_env.load_rng_state(saved)
+    fresh.base_env.load_resume_state(saved)
     replay, _ = play_episode(fresh, ScriptedOfferPolicy("greedy", fresh.base_env))
     assert torch.equal(replay["customers"], steps["customers"])
     assert torch.equal(replay["action"], steps["action"])
     assert torch.equal(replay["next", "reward"], steps["next", "reward"])
     # a state from another batch size is refused
     with pytest.raises(ValueError):
-        make_env(cfg, num_envs=2, seed=0).base_env.load_rng_state(saved)
+        make_env(cfg, num_envs=2, seed=0).base_env.load_resume_state(saved)
 
 
 # ----------------------------------------------------------------------------- final plans and reports

@@ -8,15 +8,16 @@ from torchrl.envs import check_env_specs
 from torchrl.envs.utils import step_mdp
 
 from envs import make_env
-from envs.dvrp import DVRPConfig, FlexibilityConfig
+from envs.dvrp import DVRPConfig
 from envs.dvrp.env import STATIC_FEATURES
+from modules.flexibility import FlexibilityModel
 from tests.envs.test_dvrp_env import MaskedRandom
 
 K, D = 4, 3
 
 
 def _config(threshold: float | None = None) -> DVRPConfig:
-    return DVRPConfig(num_customers=10, flexibility=FlexibilityConfig(embedding_dim=D, refusal_mask_threshold=threshold))
+    return DVRPConfig(num_customers=10, flexibility=FlexibilityModel(embedding_dim=D), refusal_mask_threshold=threshold)
 
 
 def test_specs_and_model_columns():
@@ -106,24 +107,32 @@ def test_update_applies_from_the_next_episode():
     assert not torch.allclose(after, before)
 
 
-def test_bad_threshold_is_rejected():
-    with pytest.raises(ValueError, match="flexibility.refusal_mask_threshold"):
-        DVRPConfig(flexibility=FlexibilityConfig(refusal_mask_threshold=1.5))
+def test_bad_threshold_or_model_is_rejected():
+    with pytest.raises(ValueError, match="env.refusal_mask_threshold=1.5"):
+        DVRPConfig(flexibility=FlexibilityModel(), refusal_mask_threshold=1.5)
+    with pytest.raises(ValueError, match="env.refusal_mask_threshold=0.5 is not allowed: needs a flexibility model"):
+        DVRPConfig(refusal_mask_threshold=0.5)
+    with pytest.raises(ValueError, match=r"env.flexibility=.*log p \[n, 4\] for the 4 types"):
+        DVRPConfig(flexibility=FlexibilityModel(num_types=3))  # a model of 3 types for a mix of 4
+    with pytest.raises(ValueError, match=r"env.flexibility='Linear' .* got outputs of shapes \[\[1, 4\]\]"):
+        DVRPConfig(flexibility=torch.nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="env.flexibility='function' is not allowed: an nn.Module implementing"):
+        DVRPConfig(flexibility=lambda x: (x, x))
 
 
 def test_resumed_episode_keeps_its_original_predictions():
-    """rng_state carries the predictions of the episodes in progress: a restored env restarts them with
+    """resume_state carries the predictions of the episodes in progress: a restored env restarts them with
     those, even though the (shared) model has been updated since; the following episode uses the new model."""
     cfg = _config()
     env = make_env(cfg, num_envs=4, seed=2)
     env.reset()
     original = env.base_env.static.clone()
-    saved = env.base_env.rng_state()
+    saved = env.base_env.resume_state()
     with torch.no_grad():
         for p in cfg.embedding_model.parameters():
             p.mul_(-1.0)
     fresh = make_env(cfg, num_envs=4, seed=2)
-    fresh.base_env.load_rng_state(saved)
+    fresh.base_env.load_resume_state(saved)
     fresh.reset()
     assert torch.equal(fresh.base_env.static, original)
     again = make_env(cfg, num_envs=4, seed=2)

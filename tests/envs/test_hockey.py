@@ -12,10 +12,9 @@ from tensordict import TensorDict
 from torchrl.envs import check_env_specs
 
 from envs import make_env
-from envs.hockey import (
-    _CONTACT,
-    _PUCK_X_LIMIT,
-    _PUCK_Y_LIMIT,
+from envs.hockey import BasicOpponent, HockeyConfig, HockeyEnv
+from envs.hockey.constants import (
+    CONTACT_DISTANCE,
     DISCRETE_ACTIONS,
     DT,
     GOAL_HALF_WIDTH,
@@ -27,14 +26,13 @@ from envs.hockey import (
     PLAYER_X_LIMITS,
     PLAYER_Y_LIMIT,
     PUCK_DAMPING,
+    PUCK_X_LIMIT,
+    PUCK_Y_LIMIT,
     RESTITUTION,
     SHOT_SPEED,
     TABLE_HALF_LENGTH,
     TABLE_HALF_WIDTH,
     ZONE,
-    BasicOpponent,
-    HockeyConfig,
-    HockeyEnv,
     discrete_to_continuous,
 )
 
@@ -101,10 +99,10 @@ def test_puck_and_paddles_stay_inside_the_table():
         obs, goal = out["next", "observation"], out["next", "terminated"][:, 0]
         x, y = obs[:, 12].abs(), obs[:, 13].abs()
         mouth = y < GOAL_HALF_WIDTH
-        assert (y <= _PUCK_Y_LIMIT + 1e-5).all()
-        assert ((x <= _PUCK_X_LIMIT + 1e-5) | (mouth & (x <= GOAL_X + 1e-5)) | goal).all()
+        assert (y <= PUCK_Y_LIMIT + 1e-5).all()
+        assert ((x <= PUCK_X_LIMIT + 1e-5) | (mouth & (x <= GOAL_X + 1e-5)) | goal).all()
         assert (mouth & (x > GOAL_X) & (x < GOAL_X + 1.5))[goal].all()  # a goal: in the mouth, just past the line
-        wall_hits += int(((y > _PUCK_Y_LIMIT - 0.3) | (x > _PUCK_X_LIMIT - 0.3)).sum())
+        wall_hits += int(((y > PUCK_Y_LIMIT - 0.3) | (x > PUCK_X_LIMIT - 0.3)).sum())
         goals += int(goal.sum())
         for player, sign in ((0, 1.0), (6, -1.0)):  # paddles inside their boxes
             px, py = sign * obs[:, player], obs[:, player + 1]
@@ -119,7 +117,7 @@ def test_wall_bounce_reflects_the_normal_component(static_env):
     x, y, vx, vy = nxt["observation"][0, 12:16].tolist()
     moved_y = 3.0 + 20.0 * DAMP * DT
     assert vx == pytest.approx(5.0 * DAMP) and vy == pytest.approx(-RESTITUTION * 20.0 * DAMP)
-    assert x == pytest.approx(5.0 * DAMP * DT) and y == pytest.approx(_PUCK_Y_LIMIT - RESTITUTION * (moved_y - _PUCK_Y_LIMIT))
+    assert x == pytest.approx(5.0 * DAMP * DT) and y == pytest.approx(PUCK_Y_LIMIT - RESTITUTION * (moved_y - PUCK_Y_LIMIT))
     # the end wall outside the goal mouth, and the long wall at the bottom
     td = env.force_state(state(puck=(3.6, 2.0), puck_vel=(20.0, -3.0)))
     vx, vy = step(env, td, [0, 0, 0, 0])["observation"][0, 14:16].tolist()
@@ -156,15 +154,15 @@ def test_time_limit_is_a_draw():
 
 def test_paddle_bounces_the_puck(static_env):
     env = static_env
-    td = env.force_state(state(p1=(-2.0, 0.0), puck=(-2.0 + _CONTACT + 0.1, 0.0), puck_vel=(-10.0, 0.0)))
+    td = env.force_state(state(p1=(-2.0, 0.0), puck=(-2.0 + CONTACT_DISTANCE + 0.1, 0.0), puck_vel=(-10.0, 0.0)))
     nxt = step(env, td, [0, 0, 0, 0])  # the puck moves 0.2 m, into the paddle; vx < 0.1: caught
     assert nxt["observation"][0, 16].item() == MAX_TIME_KEEP_PUCK
     # a puck coming from behind, moving towards the opponent at 10 m/s, bounces and is not caught
-    td = env.force_state(state(p1=(-2.0, 0.0), puck=(-2.0 - _CONTACT - 0.1, 0.0), puck_vel=(10.0, 0.0)))
+    td = env.force_state(state(p1=(-2.0, 0.0), puck=(-2.0 - CONTACT_DISTANCE - 0.1, 0.0), puck_vel=(10.0, 0.0)))
     nxt = step(env, td, [0, 0, 0, 0])
     assert nxt["observation"][0, 16].item() == 0
     assert nxt["observation"][0, 14].item() == pytest.approx(-RESTITUTION * 10.0 * DAMP, rel=1e-4)
-    assert nxt["observation"][0, 12].item() == pytest.approx(-2.0 - _CONTACT, abs=1e-5)  # back on the rim
+    assert nxt["observation"][0, 12].item() == pytest.approx(-2.0 - CONTACT_DISTANCE, abs=1e-5)  # back on the rim
     # a 60 m/s shot cannot pass through a paddle within one step
     td = env.force_state(state(p1=(-2.0, 0.0), puck=(-0.9, 0.1), puck_vel=(-50.0, 0.0), hold=(0.0, 0.0)))
     nxt = step(env, td, [0, 0, 0, 0])
@@ -173,7 +171,7 @@ def test_paddle_bounces_the_puck(static_env):
 
 def test_holding_rule(static_env):
     env = static_env
-    td = env.force_state(state(p1=(-2.0, 0.0), puck=(-2.0 + _CONTACT + 0.02, 0.0), puck_vel=(-3.0, 0.0)))
+    td = env.force_state(state(p1=(-2.0, 0.0), puck=(-2.0 + CONTACT_DISTANCE + 0.02, 0.0), puck_vel=(-3.0, 0.0)))
     td = step(env, td, [0, 0, 0, 0])
     assert td["observation"][0, 16].item() == MAX_TIME_KEEP_PUCK and td["observation"][0, 17].item() == 0
     # held: the puck sits on the holder's rim in its facing direction while the holder moves and turns
@@ -182,7 +180,7 @@ def test_holding_rule(static_env):
         obs = td["observation"][0]
         assert obs[16].item() == MAX_TIME_KEEP_PUCK - k
         face = torch.stack([obs[2].cos(), obs[2].sin()])
-        torch.testing.assert_close(obs[12:14], obs[0:2] + face * _CONTACT)
+        torch.testing.assert_close(obs[12:14], obs[0:2] + face * CONTACT_DISTANCE)
         torch.testing.assert_close(obs[14:16], obs[3:5])
     assert td["observation"][0, 1].item() > 0.3 and td["observation"][0, 2].item() > 0.5  # it moved and turned
     # after MAX_TIME_KEEP_PUCK - 1 held steps the puck is shot in the facing direction
@@ -209,7 +207,7 @@ def test_holding_rule(static_env):
 
 def test_no_catch_without_keep_mode():
     env = HockeyConfig(opponent="static", keep_mode=False).make(1, 0)
-    td = env.force_state(state(p1=(-2.0, 0.0), puck=(-2.0 + _CONTACT + 0.02, 0.0), puck_vel=(-3.0, 0.0)))
+    td = env.force_state(state(p1=(-2.0, 0.0), puck=(-2.0 + CONTACT_DISTANCE + 0.02, 0.0), puck_vel=(-3.0, 0.0)))
     assert step(env, td, [0, 0, 0, 0])["observation"][0, 16].item() == 0
 
 
@@ -285,13 +283,13 @@ def test_rows_do_not_depend_on_batch_size(kwargs):
         assert (single == out[row : row + 1]).all(), row
 
 
-def test_rng_state_replays_the_episode_in_progress():
+def test_resume_state_replays_the_episode_in_progress():
     env = HockeyConfig(mode="TRAIN_SHOOTING").make(num_envs=4, seed=5)
     env.reset()
     start = env.reset()["observation"].clone()
-    state_ = env.rng_state()
+    state_ = env.resume_state()
     env.reset()
-    env.load_rng_state(state_)
+    env.load_resume_state(state_)
     assert torch.equal(env.reset()["observation"], start)
 
 
@@ -363,7 +361,7 @@ def test_mode_starts():
     env = HockeyConfig(mode="TRAIN_DEFENSE").make(b, 0)
     obs = env.reset()["observation"]
     x, y, vx, vy = obs[:, 12:16].unbind(-1)
-    assert ((x >= 0) & (x <= 10 / 3) & (y.abs() <= _PUCK_Y_LIMIT)).all()
+    assert ((x >= 0) & (x <= 10 / 3) & (y.abs() <= PUCK_Y_LIMIT)).all()
     assert torch.allclose(torch.hypot(vx, vy), torch.tensor(SHOT_SPEED)) and (vx < 0).all()
     aim = y + vy / vx * (-5.0 - x)  # where the shot crosses x = -W/2
     assert (aim.abs() <= 0.6 * GOAL_HALF_WIDTH + 1e-4).all()
@@ -418,7 +416,7 @@ def test_reward_shaping_terms_and_runtime_weights():
     nxt = step(env, env.force_state(opening), [0, 0, 0, 0])
     assert nxt["reward"].item() == pytest.approx(2.0 * nxt["observation"][0, 14].item() / (250 * 25))
     env.set_shaping(w_direction=0.0, w_touch=0.5)
-    catch = state(p1=(-2.0, 0.0), puck=(-2.0 + _CONTACT + 0.02, 0.0), puck_vel=(-3.0, 0.0))
+    catch = state(p1=(-2.0, 0.0), puck=(-2.0 + CONTACT_DISTANCE + 0.02, 0.0), puck_vel=(-3.0, 0.0))
     assert step(env, env.force_state(catch), [0, 0, 0, 0])["reward"].item() == 0.5
     assert env.shaping == {"r_win": 10.0, "w_closeness": 0.0, "w_touch": 0.5, "w_direction": 0.0}
     with pytest.raises(ValueError, match=r"env\.w_touch"):
@@ -465,7 +463,7 @@ def test_defaults_follow_the_original():
 
 
 def test_render_game_draws_the_players_and_puck_where_the_observation_puts_them():
-    from envs.hockey_render import _AGENT, _OPPONENT, _PUCK, render_game
+    from envs.hockey.render import _AGENT, _OPPONENT, _PUCK, render_game
 
     env = make_env(HockeyConfig(), 1, 0)
     observation = torch.stack([env.reset()["observation"][0]] * 3)

@@ -10,8 +10,9 @@ import torch
 
 from envs.dvrp import DVRPConfig, DVRPEnv
 from envs.dvrp.baselines import ScriptedOfferPolicy
-from envs.dvrp.neural_oracle import NeuralOracle, load_routing_policy
+from envs.dvrp.neural_oracle import NeuralOracle
 from modules.routing import RoutingPolicy
+from pipelines.checkpoints import attach_env_models, load_exported_model
 from tests.route_check import check_exported_plan
 
 N, B = 10, 12
@@ -117,25 +118,30 @@ def test_quote_is_one_batched_call_and_follows_the_contract():
 
 def test_loader_rejects_missing_and_mismatched_checkpoints(tmp_path):
     with pytest.raises(FileNotFoundError, match="no_such.ckpt"):
-        load_routing_policy(str(tmp_path / "no_such.ckpt"), num_customers=30)
+        load_exported_model(str(tmp_path / "no_such.ckpt"), "routing_policy")
+    with pytest.raises(FileNotFoundError, match="no_such.ckpt"):  # the config checks the file before any work
+        DVRPConfig(oracle="neural", oracle_checkpoint=str(tmp_path / "no_such.ckpt"))
     policy = untrained()
     path = tmp_path / "oracle.ckpt"
     torch.save({"state_dict": {f"policy.{k}": v for k, v in policy.state_dict().items()},
                 "routing_policy": {"class_path": "modules.routing.RoutingPolicy", "config": policy.config,
                                    "num_customers": 20, "num_vehicles": 2}}, path)
-    with pytest.raises(ValueError, match=r"trained for num_customers=20, this env has 30"):
-        load_routing_policy(str(path), num_customers=30)
-    loaded = load_routing_policy(str(path), num_customers=20)
+    loaded, trained_for = load_exported_model(str(path), "routing_policy")
+    assert trained_for == {"num_customers": 20, "num_vehicles": 2}
     for a, b in zip(loaded.state_dict().values(), policy.state_dict().values(), strict=True):
         assert torch.equal(a, b)
     other = tmp_path / "other.ckpt"
     torch.save({"state_dict": {}}, other)
-    with pytest.raises(ValueError, match="not a routing-policy checkpoint"):
-        load_routing_policy(str(other), num_customers=20)
-    # through the env config: the wrong size stops at construction; the right one builds the neural oracle
+    with pytest.raises(ValueError, match="not a routing_policy checkpoint"):
+        load_exported_model(str(other), "routing_policy")
+    # through the env config: the wrong size is refused when the policy is attached; a config without its
+    # policy builds no env; the right one builds the neural oracle
     with pytest.raises(ValueError, match=r"trained for num_customers=20, this env has 30"):
-        DVRPConfig(num_customers=30, oracle="neural", oracle_checkpoint=str(path))
+        attach_env_models(DVRPConfig(num_customers=30, oracle="neural", oracle_checkpoint=str(path)))
     config = DVRPConfig(num_customers=20, oracle="neural", oracle_checkpoint=str(path), oracle_augment=2)
+    with pytest.raises(ValueError, match="needs the routing policy"):
+        config.make(num_envs=2, seed=0)
+    attach_env_models(config)
     env = config.make(num_envs=2, seed=0)
     assert isinstance(env.oracle, NeuralOracle) and env.oracle.num_augment == 2
     env.reset()

@@ -12,7 +12,7 @@ import torch
 
 from envs.dvrp import DVRPConfig
 from envs.dvrp.reader import FileInstances, expand_instance_paths, read_instance_file
-from envs.dvrp.rng import episode_keys
+from envs.rng import episode_keys
 
 MIX = torch.tensor([0.3, 0.3, 0.2, 0.2], dtype=torch.float64)
 ARRAYS = ("xy", "demand", "ready", "due", "service")

@@ -313,14 +313,14 @@ def test_initial_positions_are_distinct_and_vary_by_episode():
     assert not torch.equal(first, env.position)
 
 
-def test_rng_state_replays_the_episode_in_progress():
+def test_resume_state_replays_the_episode_in_progress():
     env = VacuumConfig().make(num_envs=4, seed=5)
     env.reset()
     env.reset()
     start = env.position.clone()
-    state = env.rng_state()
+    state = env.resume_state()
     env.reset()
-    env.load_rng_state(state)
+    env.load_resume_state(state)
     env.reset()
     assert torch.equal(env.position, start)
 

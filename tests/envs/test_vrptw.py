@@ -9,10 +9,10 @@ from torchrl.envs import check_env_specs
 
 from envs import make_env
 from envs.dvrp import DVRPConfig
-from envs.vrptw import construction
+from envs.routing import construction
+from envs.routing.problem import distance_matrix, make_problem
 from envs.vrptw.config import VRPTWConfig
 from envs.vrptw.env import VRPTWEnv
-from envs.vrptw.problem import distance_matrix, make_problem
 from envs.vrptw.source import DVRPServedSets
 
 

@@ -97,5 +97,23 @@ def test_loss_step_gives_finite_gradients_everywhere():
     grads = {name: p.grad for name, p in module.named_parameters()}
     assert all(g is not None and torch.isfinite(g).all() for g in grads.values()), [n for n, g in grads.items() if g is None]
     assert sum(float(g.abs().sum()) > 0 for g in grads.values()) == len(grads)
-    # masked actions never get probability: the log-prob of every taken action is finite
     assert torch.isfinite(batch["action_log_prob"]).all()
+
+
+def test_masked_actions_never_get_probability():
+    """The actor's distribution puts exactly zero probability on masked actions (so the collector never picks
+    one), and renormalises over the allowed ones; the mask is the env's, with some offers infeasible."""
+    module, env = _dvrp_module()
+    with torch.no_grad():
+        batch = env.rollout(10, module.collector_policy, break_when_any_done=False)
+        flat = batch.reshape(-1)
+        module.encoder(flat)
+        dist = module.actor.get_dist(flat)
+    mask = flat["action_mask"]
+    assert (~mask).any() and mask.any(-1).all(), "the rollout must meet masked offers"
+    probs = dist.probs
+    assert torch.equal(probs[~mask], torch.zeros_like(probs[~mask]))
+    torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[0]))
+    assert mask.gather(-1, flat["action"].unsqueeze(-1)).all(), "a collected action was masked"
+    draws = dist.sample((200,))  # [200, N]
+    assert mask.gather(-1, draws.t()).all(), "a sampled action was masked"

@@ -11,10 +11,10 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from envs.dvrp import DVRPConfig
-from envs.dvrp.neural_oracle import load_routing_policy
 from envs.vrptw.source import DVRPServedSets
 from modules.reinforce import paired_improvement_p_value
 from modules.routing import RoutingPolicy
+from pipelines.checkpoints import load_exported_model
 from pipelines.fit import main
 from tests.pipelines.conftest import REPO
 
@@ -99,7 +99,7 @@ def test_paired_p_value():
 
 def test_smoke_training_improves_greedy_cost(tmp_path):
     """The real entry point trains the smoke config; the final greedy validation cost is below the untrained
-    network's (the baseline's first evaluation), and the checkpoint reloads through the oracle's loader."""
+    network's (the baseline's first evaluation), and the checkpoint reloads through the pipeline's loader."""
     cli = main(["--config", SMOKE, f"--trainer.logger.init_args.save_dir={tmp_path}"])
     assert cli.model.collected_frames >= 16000
     log_dir = tmp_path / "vrptw_oracle_smoke" / "version_0"
@@ -108,7 +108,8 @@ def test_smoke_training_improves_greedy_cost(tmp_path):
     untrained = acc.Scalars("eval/baseline_cost_km")[0].value
     final = acc.Scalars("eval/cost_km")[-1].value
     assert final < untrained, (final, untrained)
-    policy = load_routing_policy(str(log_dir / "checkpoints" / "last.ckpt"), num_customers=10)
+    policy, trained_for = load_exported_model(str(log_dir / "checkpoints" / "last.ckpt"), "routing_policy")
+    assert trained_for["num_customers"] == 10
     problems = cli.datamodule.validation_problems()
     with torch.no_grad():
         trained = cli.model.greedy_costs(policy, problems)[0].mean()

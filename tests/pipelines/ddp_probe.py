@@ -27,6 +27,6 @@ class DDPProbe(L.Callback):
         os.makedirs(self.out_dir, exist_ok=True)
         with open(os.path.join(self.out_dir, f"rank{trainer.global_rank}.json"), "w") as f:
             json.dump({"rank": trainer.global_rank, "world": trainer.world_size,
-                       "row_seed": base.rng_state()["row_seed"].tolist(), "first_xy": self.first_xy,
+                       "row_seed": base.resume_state()["row_seed"].tolist(), "first_xy": self.first_xy,
                        "params": params.tolist(), "embedding": embedding, "frames": pl_module.collected_frames,
                        "steps": trainer.global_step}, f)

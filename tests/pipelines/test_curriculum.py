@@ -35,10 +35,10 @@ def _curriculum(cli) -> CurriculumPhases:
 def test_phases_advance_by_frames_then_by_metric_and_clear_the_buffer(tmp_path):
     cli = main(["--config", _config(tmp_path, PHASES)])
     curriculum, data = _curriculum(cli), cli.datamodule
-    evaluation = next(c for c in cli.trainer.callbacks if type(c).__name__ == "PolicyEvaluation")
+    evaluations = cli.model.evaluations  # written by callbacks.PolicyEvaluation
     assert curriculum.phase == 2 and curriculum.name == "normal"
     # phase 1 began at the first batch end at or past 640 frames; phase 2 after the 2nd evaluation in phase 1
-    evals_in_defense = [h["frames"] for h in evaluation.history if h["frames"] > 640]
+    evals_in_defense = [h["frames"] for h in evaluations if h["frames"] > 640]
     assert curriculum.phase_start == evals_in_defense[1]
     # the defense phase emptied the buffer when it began (after the batch that reached 640 frames was
     # stored): it holds exactly the frames collected after it (n_step 1 holds nothing back)
@@ -47,7 +47,7 @@ def test_phases_advance_by_frames_then_by_metric_and_clear_the_buffer(tmp_path):
     base = data.env.base_env
     assert int(base._next_mode[0]) == MODES.index("NORMAL") and int(base._next_opponent[0]) == OPPONENTS.index("strong")
     assert base.shaping["w_touch"] == 1.0  # set in phase 0, not changed since
-    assert "eval/weak/win" in evaluation.history[-1]
+    assert "eval/weak/win" in evaluations[-1]
 
 
 def test_resume_restores_the_phase_and_its_settings(tmp_path):

@@ -11,12 +11,12 @@ from pipelines.evaluate import main
 from tests.pipelines.conftest import SMOKE, run_module
 from tests.route_check import check_exported_plan
 
-FIELDS = {"mean_return", "return_se", "mean_cost_km", "failure_rate", "mean_served"}
+FIELDS = {"mean_return", "return_se", "mean_plan_cost_km", "mean_served", "mean_failure_rate", "mean_refused"}
 
 
-def _evaluate(smoke_run, tmp_path, capsys, *extra: str) -> tuple[dict, dict, str]:
+def _evaluate(smoke_run, tmp_path, capsys, *extra: str, ckpt: str | None = None) -> tuple[dict, dict, str]:
     routes = tmp_path / "routes.json"
-    main(["--config", SMOKE, "--ckpt_path", smoke_run["last"], "--episodes", "12", "--num_envs", "8",
+    main(["--config", SMOKE, "--ckpt_path", ckpt or smoke_run["last"], "--episodes", "12", "--num_envs", "8",
           "--routes_out", str(routes), *extra])
     stdout = capsys.readouterr().out
     table = json.loads(stdout.strip().splitlines()[-1])  # the last stdout line is the JSON summary
@@ -28,7 +28,7 @@ def test_evaluate_table_json_and_feasible_routes(smoke_run, tmp_path, capsys):
     assert set(table) == {"ppo", *BASELINES}
     assert all(set(row) == FIELDS for row in table.values())
     assert "gap to PyVRP" in stdout
-    assert table["clairvoyant"]["failure_rate"] < table["random"]["failure_rate"]
+    assert table["clairvoyant"]["mean_failure_rate"] < table["random"]["mean_failure_rate"]
     assert len(routes["episodes"]) == 12
     served = 0.0
     for episode in routes["episodes"]:
@@ -72,9 +72,13 @@ def test_learned_env_model_is_restored(smoke_run):
 
 
 def test_compare_run_plays_the_same_episodes(smoke_run, tmp_path, capsys):
-    """A second run given by --compare_config/--compare_ckpt gets its own row; the same run compared
-    with itself scores identically (same episodes, deterministic policy)."""
+    """A second run given by --compare_config/--compare_ckpt (here the same run 12 optimiser steps earlier) gets
+    its own row, which is what that checkpoint scores when evaluated alone on the same seed: the same episodes."""
+    early = str(smoke_run["dir"] / "checkpoints" / "epoch=0-step=4.ckpt")
     table, _, _ = _evaluate(smoke_run, tmp_path, capsys, "--policies", "fallback", "--compare_config", SMOKE,
-                                 "--compare_ckpt", smoke_run["last"])
+                            "--compare_ckpt", early)
+    alone, _, _ = _evaluate(smoke_run, tmp_path, capsys, "--policies", "fallback", ckpt=early)
     assert set(table) == {"ppo", "ppo[dvrp_smoke]", "fallback"}
-    assert table["ppo[dvrp_smoke]"] == table["ppo"]
+    assert table["ppo[dvrp_smoke]"] == alone["ppo"]
+    assert table["ppo[dvrp_smoke]"] != table["ppo"], "the two checkpoints play differently"
+    assert table["fallback"] == alone["fallback"]

@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 
+from envs import unwrap
 from envs.dvrp.baselines import ATTRIBUTE_BLIND, ScriptedOfferPolicy
 from pipelines.evaluate import load_run, play
 from pipelines.fit import main as fit
@@ -30,11 +31,12 @@ def trained(tmp_path_factory) -> str:
 
 def _beats_blind_baselines(ckpt: str, overrides: list[str], episodes: int) -> dict:
     model, data = load_run(CONFIG, ckpt, overrides)
-    mine = play(data.env_config, lambda env: model.collector_policy, episodes, min(episodes, 256), 10_000_000)["return"]
+    mine = play(data.env_config, lambda env: model.collector_policy, episodes, min(episodes, 256),
+                10_000_000)["episode_return"]
     report = {}
     for name in ATTRIBUTE_BLIND:
-        theirs = play(data.env_config, lambda env, n=name: ScriptedOfferPolicy(n, env), episodes, min(episodes, 256),
-                      10_000_000)["return"]
+        theirs = play(data.env_config, lambda env, n=name: ScriptedOfferPolicy(n, unwrap(env)), episodes,
+                      min(episodes, 256), 10_000_000)["episode_return"]
         diff = mine - theirs
         se = (diff.std() / math.sqrt(episodes)).item()
         report[name] = (diff.mean().item(), se)

@@ -11,8 +11,8 @@ from tensordict import TensorDict
 from torchrl.data import Categorical, LazyTensorStorage, TensorDictReplayBuffer
 
 from modules.dqn import DQNModule, MultiAgentQNetwork
-from pipelines.data import split_agents
-from pipelines.evaluate import play_any
+from pipelines.data.replay import split_agents
+from pipelines.evaluate import play
 from pipelines.fit import main
 from tests.pipelines.conftest import REPO
 
@@ -121,9 +121,9 @@ def test_shared_buffer_run_beats_random_cleaning(tmp_path, sharing):
             "rollout/collisions", "rollout/energy_left", "time/episodes_per_min"} <= set(metrics)
     config = cli.datamodule.env_config
     torch.manual_seed(0)
-    learned = play_any(config, cli.model.collector_policy, 256, 64, 12345)
-    random = play_any(config, _random_policy, 256, 64, 12345)
-    assert learned["return"].equal(learned["agent0_return"] + learned["agent1_return"])
+    learned = play(config, lambda env: cli.model.collector_policy, 256, 64, 12345)
+    random = play(config, lambda env: _random_policy, 256, 64, 12345)
+    assert learned["episode_return"].equal(learned["agent0/episode_return"] + learned["agent1/episode_return"])
     gain = learned["cleaned_fraction"].mean() - random["cleaned_fraction"].mean()
     se = (learned["cleaned_fraction"].var() / 256 + random["cleaned_fraction"].var() / 256).sqrt()
     assert gain > 0.2 and gain > 5 * se, (learned["cleaned_fraction"].mean(), random["cleaned_fraction"].mean())

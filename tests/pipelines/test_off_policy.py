@@ -82,7 +82,7 @@ def test_prioritized_sampler_draws_and_weights_by_priority():
     from tensordict import TensorDict
     from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-    from pipelines.replay import PrioritizedSampler
+    from pipelines.data.replay import PrioritizedSampler
 
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(40, ndim=2), batch_size=4000,
                                     sampler=PrioritizedSampler(40, rows=2, alpha=0.5, beta=1.0))
@@ -118,7 +118,7 @@ def test_prioritized_replay_updates_priorities_and_resumes(tmp_path):
 
 def test_policy_evaluation_keeps_the_best_checkpoint(tmp_path):
     """save_best: best.ckpt holds the weights of the best evaluation; replaying it gives that return."""
-    from pipelines.evaluate import load_run, play_any
+    from pipelines.evaluate import load_run, play
 
     cli = _run(tmp_path, "--data.init_args.total_frames=2560", "--trainer.callbacks+=callbacks.PolicyEvaluation",
                "--trainer.callbacks.every_n_frames=640", "--trainer.callbacks.num_envs=4",
@@ -127,8 +127,8 @@ def test_policy_evaluation_keeps_the_best_checkpoint(tmp_path):
     best = tmp_path / "cartpole_dqn" / "version_0" / "checkpoints" / "best.ckpt"
     assert best.is_file() and evaluation.best > 8
     model, data = load_run(CARTPOLE, str(best), ["--model.init_args.network.init_args.hidden_dims=[64, 64]"])
-    replay = play_any(data.env_config, model.collector_policy, 4, 4, 99)
-    assert replay["return"].mean().item() == pytest.approx(evaluation.best)
+    replay = play(data.env_config, lambda env: model.collector_policy, 4, 4, 99)
+    assert replay["episode_return"].mean().item() == pytest.approx(evaluation.best)
 
 
 def test_memmap_storage_writes_to_scratch_dir_and_resumes(tmp_path):

@@ -1,16 +1,18 @@
-"""Rollout worker processes (``data.workers``): same seeds per row as in-process envs, different
-trajectories per worker, a dead worker stops the run with an error, and bad settings are rejected."""
+"""Rollout worker processes (``data.workers``): same seeds per row as in-process envs, calls and weights that
+reach the workers' envs exactly as they reach one in-process env, self-play whose snapshots really play in
+the workers, and bad settings rejected. The faults (a worker killed or stopped, an error or a signal in the
+learner) are in ``test_faults.py``."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 
 import lightning as L
 import pytest
 import torch
+from tensordict.nn import TensorDictModule
 from torch import nn
+from torchrl.collectors import Collector
 
 from envs import make_env
 from tests.pipelines.conftest import REPO
@@ -20,15 +22,13 @@ SMALL = {"grid_size": 4, "num_robots": 2, "energy": [100, 100], "chargers": [], 
 
 
 class _Batches(L.Callback):
-    """Keeps the collected batches; optionally kills worker 0 after the ``kill_after``-th batch."""
+    """Keeps the collected batches."""
 
-    def __init__(self, kill_after: int | None = None) -> None:
-        self.batches, self.kill_after = [], kill_after
+    def __init__(self) -> None:
+        self.batches = []
 
     def on_batch_collected(self, trainer, pl_module, batch) -> None:
         self.batches.append(batch.clone())
-        if self.kill_after is not None and len(self.batches) == self.kill_after:
-            os.kill(trainer.datamodule._collector.procs[0].pid, signal.SIGKILL)
 
 
 def _fit(tmp_path, callback: L.Callback, *extra: str):
@@ -60,16 +60,22 @@ def test_workers_collect_the_rows_of_the_in_process_env_and_train(tmp_path):
     reference = make_env(cli.datamodule.env_config, 8, cli.datamodule.seed).reset()
     assert torch.equal(first["observation"][:, 0], reference["observation"])
     assert not torch.equal(first["observation"][:4], first["observation"][4:])
+    assert cli.datamodule._collector is None, "the workers are shut down when training ends"
 
 
-def test_a_dead_worker_stops_the_run_with_an_error(tmp_path):
-    with pytest.raises(RuntimeError, match="process failed"):
-        _fit(tmp_path, _Batches(kill_after=2))
+def test_a_run_with_workers_is_reproducible(tmp_path):
+    """Each worker's exploration draws come from its own seeded stream: the same run twice ends with the same
+    weights, bit for bit."""
+    first, second = (_fit(tmp_path / name, _Batches()).model.state_dict() for name in ("a", "b"))
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
-def test_bad_worker_settings_are_rejected(tmp_path):
+def test_bad_worker_settings_are_rejected(tmp_path, capsys):
     with pytest.raises(ValueError, match="data.workers=3"):
         _fit(tmp_path, _Batches(), "--data.init_args.workers=3")
+    with pytest.raises(SystemExit):  # the config parser's error names the key
+        _fit(tmp_path, _Batches(), "--data.init_args.worker_timeout_s=0")
+    assert "worker_timeout_s" in capsys.readouterr().err
 
 
 class _Elementwise(nn.Module):
@@ -83,63 +89,100 @@ class _Elementwise(nn.Module):
         return (self.scale * observation[:, :4]).tanh()
 
 
-def test_env_calls_between_batches_reach_the_worker_envs():
-    """Settings, per-row opponents and an opponent policy set between batches change the workers' envs
-    exactly as they change one in-process env: both collect the same rows."""
-    from tensordict.nn import TensorDictModule
-    from torchrl.collectors import Collector
-
+def test_calls_and_weights_between_batches_reach_the_worker_envs():
+    """Settings, per-row opponents and an opponent policy set between batches, and new policy weights, change
+    the workers' envs exactly as they change one in-process env: both collect the same rows, bit for bit. The
+    first calls are made before the workers start (they reach the env builders), the others through map_fn."""
     from callbacks.selfplay import SnapshotPlayer
     from envs.hockey import HockeyConfig
-    from pipelines.mailbox import EnvCalls
-    from pipelines.workers import WorkerCollector
+    from pipelines.data.collectors import WorkerCollector
+    from pipelines.data.env_control import EnvControl
 
-    config, policy = HockeyConfig(opponent="weak", max_steps=12), TensorDictModule(_Elementwise(1.0), ["observation"], ["action"])
+    config = HockeyConfig(opponent="weak", max_steps=12)
     player = SnapshotPlayer(TensorDictModule(_Elementwise(-0.7), ["observation"], ["action"]))
     kinds = ["policy", "strong", "static", "policy", "policy", "weak", "strong", "policy"]
 
-    def on_env(base) -> None:  # the calls on one in-process env ...
-        base.configure(mode="TRAIN_DEFENSE", w_closeness=5.0)
-        base.set_opponent(kinds)
-        base.set_opponent_policy(player)
-
-    def on_workers(env_calls: EnvCalls) -> None:  # ... and on the workers' envs
-        env_calls.call("configure", mode="TRAIN_DEFENSE", w_closeness=5.0)
-        env_calls.call_rows("set_opponent", kinds)
-        env_calls.call("set_opponent_policy", player)
+    def calls(control: EnvControl, batch: int) -> None:
+        if batch == 0:  # before the workers start
+            control.call("configure", mode="TRAIN_SHOOTING", w_closeness=3.0)
+        if batch == 1:
+            control.call("configure", mode="TRAIN_DEFENSE", w_closeness=5.0)
+            control.call_rows("set_opponent", kinds)
+            control.call("set_opponent_policy", player)
 
     def collect(workers: bool, with_calls: bool) -> list:
+        policy = TensorDictModule(_Elementwise(1.0), ["observation"], ["action"])
+        env = make_env(config, 8, 3)
+        control = EnvControl(env, workers=2 if workers else 0)
+        if with_calls:
+            calls(control, 0)
         if workers:
-            env_calls = EnvCalls(2, 4)
-            collector = WorkerCollector(config, 8, 2, 3, policy, 160, calls=env_calls)
+            collector = WorkerCollector(config, 8, 2, 3, policy, 160, timeout_s=60.0,
+                                        startup_calls=control.startup_calls())
+            control.connect(collector)
         else:
-            env = make_env(config, 8, 3)
             collector = Collector(env, policy, frames_per_batch=160, total_frames=-1, trust_policy=True,
                                   auto_register_policy_transforms=False)
         batches, iterator = [], iter(collector)
         try:
             for i in range(3):
                 batches.append(next(iterator).clone())
-                if i == 0 and with_calls:
-                    on_workers(env_calls) if workers else on_env(env.base_env)
+                with torch.no_grad():
+                    policy.module.scale.mul_(-0.5)  # the learner's update: the next batch acts with it
+                if with_calls:
+                    calls(control, i + 1)
         finally:
             collector.shutdown()
         return batches
 
     local, remote, unchanged = collect(False, True), collect(True, True), collect(False, False)
     for a, b in zip(local, remote):
+        assert torch.equal(a["action"], b["action"])
         assert torch.equal(a["next", "observation"], b["next", "observation"])
         assert torch.equal(a["next", "reward"], b["next", "reward"])
-    assert torch.equal(local[0]["next", "reward"], unchanged[0]["next", "reward"])
-    assert not torch.allclose(local[2]["next", "reward"], unchanged[2]["next", "reward"])  # the calls had effects
+    assert not torch.equal(local[0]["next", "reward"], unchanged[0]["next", "reward"])  # the first call had effects
+    assert not torch.allclose(local[2]["next", "reward"], unchanged[2]["next", "reward"])
 
 
-def test_self_play_with_workers_trains(tmp_path):
+class _WorkerOpponents(L.Callback):
+    """After each collected batch once the pool has a snapshot: the workers' envs' opponents and the weights
+    of the snapshot they play, read from the workers themselves (TorchRL ``get_distant_attr``)."""
+
+    def __init__(self) -> None:
+        self.seen = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        selfplay = next(c for c in trainer.callbacks if type(c).__name__ == "SelfPlay")
+        if not selfplay.pool or len(self.seen) >= 3:
+            return
+        workers = trainer.datamodule.collector()._collector
+        next_opponents = torch.cat(workers.get_distant_attr("env.base_env._next_opponent"))
+        players = workers.get_distant_attr("env.base_env.opponent_policy")
+        learner = trainer.datamodule.env.base_env
+        self.seen.append((next_opponents, learner._next_opponent.clone(), players, learner.opponent_policy))
+
+
+def test_self_play_with_workers_plays_the_snapshots_in_the_workers(tmp_path):
     from callbacks import SelfPlay
-    from pipelines.fit import main
+    from envs.hockey import OPPONENTS
+    from modules.base import RLModule
+    from pipelines.data import RLDataModule
+    from pipelines.fit import FitCLI
     from tests.pipelines.conftest import hockey_dqn_config
 
     callbacks = [{"class_path": "callbacks.SelfPlay", "init_args": {"every_n_frames": 384, "pool_size": 2}}]
-    cli = main(["--config", hockey_dqn_config(tmp_path, callbacks), "--data.init_args.workers=2"])
+    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                 save_config_callback=None, auto_configure_optimizers=False,
+                 args=["--config", hockey_dqn_config(tmp_path, callbacks), "--data.init_args.workers=2"])
+    probe = _WorkerOpponents()
+    cli.trainer.callbacks.append(probe)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     selfplay = next(c for c in cli.trainer.callbacks if isinstance(c, SelfPlay))
-    assert len(selfplay.pool) == 2 and selfplay.drawn["self"] > 0
+    assert len(selfplay.pool) == 2 and len(probe.seen) == 3
+    policy_code = OPPONENTS.index("policy")
+    for workers, learner, players, learner_player in probe.seen:
+        assert torch.equal(workers, learner), "the workers' rows meet the opponents the learner drew"
+        assert (workers == policy_code).any(), "some rows meet a snapshot"
+        for player in players:  # each worker plays the drawn snapshot, with its weights
+            for key, value in learner_player.state_dict().items():
+                assert torch.equal(player.state_dict()[key], value)

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from envs.hockey import (
+from envs.hockey.constants import (
     GOAL_HALF_WIDTH,
     PLAYER_RADIUS,
     PUCK_RADIUS,

@@ -1,51 +1,10 @@
-"""Two-player air hockey as one natively batched TorchRL env, in pure torch tensors (no Box2D).
-
-A reproduction of the Tübingen RL course's ``hockey_env.py`` (``HockeyEnv`` + ``BasicOpponent``, Martius lab,
-``martius-lab/hockey-env``; earlier ``laser-hockey-env``): its table, goals, radii, masses, force / torque / shot
-scales, speed limits, damping, ``MAX_TIME_KEEP_PUCK`` holding rule, modes, reward shaping, observation layout,
-mirrored opponent observation (``obs_agent_two``), discrete action map and scripted ``BasicOpponent`` controller.
-The config (:class:`HockeyConfig`, the ``env:`` section of a run's YAML) and the env (:class:`HockeyEnv`,
-``batch_size=[B]``) live here, with the batched scripted controller (:func:`basic_opponent_action`,
-:class:`BasicOpponent`) and the discrete action table (:data:`DISCRETE_ACTIONS`, :func:`discrete_to_continuous`).
-
-Units: metres (the original's pixels / ``SCALE`` = 60), seconds, one env step = ``DT`` = 1/50 s. Coordinates
-are centred on the table: x from the agent's (player 1's, left) goal to the opponent's (right) goal, y up.
-
-What is simplified against Box2D (the original):
-    * Shapes: the paddles are circles of radius ``PLAYER_RADIUS`` = 0.3 m around the body origin (the original's
-      racket is a 0.52 x 0.8 m heptagon whose flat face is 0.1 m ahead of the origin), the puck a circle of
-      ``PUCK_RADIUS`` = 13/60 m as in the original. A paddle's angle therefore only sets the shooting direction.
-    * Integration: one explicit step per env step with Box2D's order (velocity += force, then damping
-      ``v /= 1 + DT * damping``, then position += ``DT`` v); no iterative contact solver.
-    * Paddle vs puck: one impulse along the contact normal with restitution ``RESTITUTION`` = 0.95 (Box2D mixes
-      the puck's 0.95 and the paddle's 0 to 0.95 too), the paddle counted as infinitely heavy (58 kg against
-      1.03 kg: the paddle's velocity change is under 2 % in the original); no friction, no spin. Contact is
-      tested on the puck's swept path relative to the paddle (so a 60 m/s shot cannot tunnel through a paddle)
-      and the puck is put back on the paddle's rim. Paddles do not collide with each other (the centre zone
-      keeps them more than a metre apart).
-    * Walls: the puck bounces off the long walls and the end walls outside the goal mouth by reflection, normal
-      velocity times -0.95, tangential kept. Goal posts are not modelled (the end wall is open for ``|y| <
-      GOAL_HALF_WIDTH``).
-    * Paddle limits: the original's soft braking at the centre zone and at its ``_check_boundaries`` lines is a
-      hard clamp of the position to the same box (x in [-3.5, -0.5] in the player's own frame, |y| <= 2.8), with
-      the velocity component into the limit zeroed; the original's speed-dependent damping (5, or 20 above
-      10 m/s) is damping 5 plus a speed cap of ``MAX_PLAYER_SPEED`` = 10 m/s; the angle is clamped to
-      ``MAX_ANGLE`` (the original pulls it back with a spring) with angular damping 2.
-    * Holding: a held puck sits on the holder's rim in its facing direction (the original puts it on the body
-      origin, inside the racket) and moves with the holder; a shot adds ``SHOT_SPEED`` = 60 m/s in the facing
-      direction, which is what the original's ``SHOOTFORCEMULTIPLIER`` force gives in one Box2D step.
-    * BasicOpponent: its phase (the racket's wobble) advances by 0.1 rad per step, the mean of the original's
-      ``uniform(0, 0.2)`` draw; the initial phase is drawn per episode from the row's seed.
-    * NORMAL mode alternates the side the puck starts on by episode index (even: the agent's side), as the
-      original alternates ``one_starts``; the TRAIN_DEFENSE shot starts with its full 60 m/s velocity in the reset
-      observation (the original applies the force during the first step).
-"""
+"""The hockey env: two-player air hockey as one natively batched TorchRL env (see :mod:`envs.hockey`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -53,87 +12,61 @@ from tensordict import TensorDict
 from torch import Tensor
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
-from envs.config import EnvConfig
-from envs.dvrp import rng
+from envs import rng
+from envs.config import require
+from envs.hockey.constants import (
+    ACTION_SIZE,
+    ANGULAR_DAMPING,
+    CLOSENESS_PER_METRE_STEP,
+    CONTACT_DISTANCE,
+    DISCRETE_ACTIONS,
+    DT,
+    FORCE_MULTIPLIER,
+    GOAL_HALF_WIDTH,
+    GOAL_X,
+    MAX_ANGLE,
+    MAX_PLAYER_SPEED,
+    MAX_PUCK_SPEED,
+    MAX_TIME_KEEP_PUCK,
+    MIRROR_INDEX,
+    MIRROR_SIGN,
+    MODES,
+    NO_LIMIT,
+    NORMAL,
+    NUM_DISCRETE_ACTIONS,
+    OBSERVATION_SIZE,
+    OPPONENT_GAINS,
+    OPPONENTS,
+    PLAYER_DAMPING,
+    PLAYER_INERTIA,
+    PLAYER_MASS,
+    PLAYER_START,
+    PLAYER_X_LIMITS,
+    PLAYER_Y_LIMIT,
+    POLICY,
+    PUCK_DAMPING,
+    PUCK_DAMPING_FAST,
+    PUCK_X_LIMIT,
+    PUCK_Y_LIMIT,
+    REPORT_KEYS,
+    RESTITUTION,
+    SHOT_SPEED,
+    TORQUE_MULTIPLIER,
+    TRAIN_DEFENSE,
+    ZONE,
+    Mode,
+    OpponentPolicy,
+    discrete_to_continuous,
+)
+from envs.hockey.opponents import scripted_rows
+from envs.hockey.render import render_game as draw_game
 from envs.seeding import RowSeededEnv
 
-# ---------------------------------------------------------------- constants of the original, in metres and seconds
-SCALE = 60.0  # pixels per metre
-FPS = 50
-DT = 1.0 / FPS
-TABLE_HALF_LENGTH = 235.0 / SCALE  # inner face of the end walls (x), 3.917 m
-TABLE_HALF_WIDTH = 200.0 / SCALE  # inner face of the long walls (y), 3.333 m
-GOAL_HALF_WIDTH = 75.0 / SCALE  # GOAL_SIZE: the goal mouth is |y| < 1.25 m
-PUCK_RADIUS = 13.0 / SCALE
-PLAYER_RADIUS = 18.0 / SCALE  # simplification: a circle (see the module docstring)
-GOAL_X = (245.0 - 13.0) / SCALE  # |x| of the puck centre where it overlaps the goal sensor: a goal, 3.867 m
-ZONE = 10.0 / 20  # W / 20: a paddle stays ZONE away from the centre line
-PLAYER_X_LIMITS = (-210.0 / SCALE, -ZONE)  # own frame: x in [-3.5, -0.5]
-PLAYER_Y_LIMIT = 4.0 - 1.2  # |y| <= 2.8
-PLAYER_START = (-3.0, 0.0)  # W / 5 in the own frame
-MAX_ANGLE = math.pi / 3
-MAX_TIME_KEEP_PUCK = 15
-FORCE_MULTIPLIER = 6000.0
-TORQUE_MULTIPLIER = 400.0
-SHOT_SPEED = 60.0  # SHOOTFORCEMULTIPLIER * mass / DT applied for one step of DT: 60 m/s
-MAX_PUCK_SPEED = 25.0
-MAX_PLAYER_SPEED = 10.0
-PLAYER_MASS = 58.0  # racket polygon area 0.348 m^2 x density 200 / 1.2
-PLAYER_INERTIA = 3.7095  # about its centroid, kg m^2
-PLAYER_DAMPING = 5.0
-ANGULAR_DAMPING = 2.0
-PUCK_DAMPING = 0.05
-PUCK_DAMPING_FAST = 10.0  # above MAX_PUCK_SPEED
-RESTITUTION = 0.95
-# derived
-_PUCK_X_LIMIT = TABLE_HALF_LENGTH - PUCK_RADIUS
-_PUCK_Y_LIMIT = TABLE_HALF_WIDTH - PUCK_RADIUS
-_CONTACT = PLAYER_RADIUS + PUCK_RADIUS
-_NO_LIMIT = 1e4
-# closeness shaping of the original: -30 / (max_dist * max_timesteps / 2) per metre, max_dist = 250 / SCALE
-_CLOSENESS_PER_METRE_STEP = -30.0 / (250.0 / SCALE / 2.0)
+if TYPE_CHECKING:
+    from envs.hockey.config import HockeyConfig
 
-MODES = ("NORMAL", "TRAIN_SHOOTING", "TRAIN_DEFENSE")
-NORMAL, TRAIN_SHOOTING, TRAIN_DEFENSE = range(3)
-OPPONENTS = ("static", "weak", "strong", "policy")
-STATIC, WEAK, STRONG, POLICY = range(4)
-_KP = {"weak": 0.5, "strong": 10.0}  # BasicOpponent's proportional gains
-REPORT_KEYS = ("winner", "win", "loss", "draw", "steps")
-OBSERVATION_SIZE = 18
-ACTION_SIZE = 4
-
-# discrete_to_continous_action of the original (keep_mode): 0 nothing, 1 -x, 2 +x, 3 -y, 4 +y, 5 -angle,
-# 6 +angle, 7 shoot; rows are [x force, y force, torque, shoot]
-DISCRETE_ACTIONS = torch.tensor([
-    [0.0, 0.0, 0.0, 0.0],
-    [-1.0, 0.0, 0.0, 0.0],
-    [1.0, 0.0, 0.0, 0.0],
-    [0.0, -1.0, 0.0, 0.0],
-    [0.0, 1.0, 0.0, 0.0],
-    [0.0, 0.0, -1.0, 0.0],
-    [0.0, 0.0, 1.0, 0.0],
-    [0.0, 0.0, 0.0, 1.0],
-])
-NUM_DISCRETE_ACTIONS = DISCRETE_ACTIONS.shape[0]
-
-# observation of player 2 from player 1's: swap the players' blocks and the holding times, negate positions and
-# velocities (a point reflection through the table centre, i.e. a rotation by pi: angles and angular
-# velocities are unchanged), as the original's obs_agent_two
-MIRROR_INDEX = (6, 7, 8, 9, 10, 11, 0, 1, 2, 3, 4, 5, 12, 13, 14, 15, 17, 16)
-MIRROR_SIGN = (-1.0, -1.0, 1.0, -1.0, -1.0, 1.0) * 2 + (-1.0,) * 4 + (1.0, 1.0)
-
-_BRAKE = torch.tensor([[0.1], [0.1], [1.0]])  # BasicOpponent's time_to_break per coordinate
 _U_PLAYER2_X, _U_PLAYER2_Y, _U_PUCK_X, _U_PUCK_Y, _U_SHOT_Y, _U_PHASE = range(6)
 _RESET_STREAM = 0
-
-Mode = Literal["NORMAL", "TRAIN_SHOOTING", "TRAIN_DEFENSE"]
-Opponent = Literal["static", "weak", "strong"]
-OpponentPolicy = Callable[[Tensor], Tensor]
-
-
-def _require(ok: bool, key: str, value: object, allowed: str) -> None:
-    if not ok:
-        raise ValueError(f"env.{key}={value!r} is not allowed: {allowed}")
 
 
 def _bounce(position: Tensor, velocity: Tensor, limit: Tensor | float) -> tuple[Tensor, Tensor]:
@@ -145,153 +78,6 @@ def _bounce(position: Tensor, velocity: Tensor, limit: Tensor | float) -> tuple[
     keep = 1.0 - hit
     return (position * keep + sign * (limit - RESTITUTION * over),
             velocity * keep - sign * (RESTITUTION * velocity.abs()))
-
-
-def discrete_to_continuous(action: Tensor) -> Tensor:
-    """The original's ``discrete_to_continous_action`` (keep mode, 8 actions), batched.
-
-    Args:
-        action: int64 ``[*B]`` in ``[0, 8)``: 0 nothing, 1 / 2 x force -1 / +1, 3 / 4 y force -1 / +1,
-            5 / 6 torque -1 / +1, 7 shoot.
-
-    Returns:
-        ``[*B, 4]`` float32 continuous action [x force, y force, torque, shoot].
-    """
-    table = DISCRETE_ACTIONS.to(action.device)
-    return table.index_select(0, action.reshape(-1)).view(*action.shape, ACTION_SIZE)
-
-
-def _scripted_rows(obs: Tensor, gain: Tensor, phase: Tensor, shoot_ok: Tensor | bool) -> Tensor:
-    """BasicOpponent's controller on feature-major observations ``obs`` ``[18, k]`` (rows may be strided views):
-    ``gain`` ``[3, k]`` or ``[3, 1]`` (kp * [1, 1/5, 1/2]; 0 gives a zero action), ``phase`` ``[k]``; returns the
-    action ``[4, k]``. See :func:`basic_opponent_action`."""
-    x, y, puck_x, puck_y, puck_vx, puck_vy = obs[0], obs[1], obs[12], obs[13], obs[14], obs[15]
-    dx, dy = x - puck_x, y - puck_y
-    dist = (dx * dx + dy * dy).sqrt()
-    slow = puck_vx < 30.0 / SCALE
-    kick = slow & (x < puck_x) & (dy.abs() < 30.0 / SCALE)
-    target_x = torch.where(kick, puck_x + 0.2, -210.0 / SCALE)
-    target_y = torch.where(kick, puck_y + puck_vy * dist * 0.1, torch.where(slow, puck_y, 0.0))
-    error = torch.stack([target_x - x, target_y - y, MAX_ANGLE * torch.sin(phase) - obs[2]])
-    velocity = obs[3:6]
-    need_break = ((error / (velocity + 0.01)).abs() < _BRAKE.to(obs.device)).float()
-    action = (error * gain - velocity * need_break * (gain > 0) * 0.5).clamp(-1.0, 1.0)
-    hold = obs[16]
-    shoot = ((hold > 0) & (hold < 7) & shoot_ok).float()
-    return torch.cat([action, shoot.unsqueeze(0)])
-
-
-def basic_opponent_action(observation: Tensor, kp: float, phase: Tensor, keep_mode: bool = True) -> Tensor:
-    """The original's ``BasicOpponent.act``, batched: PD control of the paddle to a target that depends on the puck.
-
-    If the puck moves towards the own goal or slowly away (x velocity < 0.5 m/s), the target is a point just
-    behind the puck (kick it) when the paddle is behind it and within 0.5 m in y, else the point (-3.5, puck y)
-    (get behind the puck); otherwise the target is in front of the own goal, (-3.5, 0). The target angle is
-    ``MAX_ANGLE * sin(phase)``. It shoots when it has held the puck for a while (0 < holding time < 7).
-    The env runs the same code (:func:`_scripted_rows`) on its feature-major state.
-
-    Args:
-        observation: ``[k, 18]`` in the player's own frame (``observation`` or ``observation_opponent``).
-        kp: proportional gain, 0.5 (weak) or 10 (strong).
-        phase: ``[k]`` the racket wobble phase (rad).
-        keep_mode: whether the shoot entry may fire.
-
-    Returns:
-        ``[k, 4]`` action in ``[-1, 1]`` in the player's own frame.
-    """
-    gain = torch.tensor([[kp], [kp / 5], [kp / 2]], device=observation.device)
-    return _scripted_rows(observation.t(), gain, phase, keep_mode).t().contiguous()
-
-
-class BasicOpponent:
-    """A batched scripted player (the original's ``BasicOpponent``) as a callable ``observation [k, 18] -> action
-    [k, 4]``: for :meth:`HockeyEnv.set_opponent_policy`, or to drive the agent in tests and evaluations.
-
-    The phase starts at 0 and advances by 0.1 rad per call (it restarts when ``k`` changes).
-
-    Args:
-        weak: gain 0.5 (weak) or 10 (strong).
-    """
-
-    def __init__(self, weak: bool = True) -> None:
-        self.kp = _KP["weak" if weak else "strong"]
-        self.phase: Tensor | None = None
-
-    def __call__(self, observation: Tensor) -> Tensor:
-        if self.phase is None or self.phase.shape[0] != observation.shape[0]:
-            self.phase = torch.zeros(observation.shape[0], device=observation.device)
-        self.phase = self.phase + 0.1
-        return basic_opponent_action(observation, self.kp, self.phase)
-
-
-class HockeyConfig(EnvConfig):
-    """Parameters of the hockey env; the defaults follow the original ``HockeyEnv_BasicOpponent``.
-
-    Args:
-        mode: ``NORMAL`` (a game from the centre, the puck starting on alternating sides), ``TRAIN_SHOOTING``
-            (the puck starts in the agent's half, the opponent at a random place) or ``TRAIN_DEFENSE`` (the
-            puck is shot at the agent's goal from the opponent's half). Changeable per row with
-            :meth:`HockeyEnv.set_mode`.
-        opponent: who drives player 2: ``static`` (does nothing), ``weak`` or ``strong`` (the scripted
-            BasicOpponent). Changeable per row with :meth:`HockeyEnv.set_opponent` (also to ``policy``).
-        discrete_actions: the agent's ``action`` is an int64 in ``[0, 8)`` (see :data:`DISCRETE_ACTIONS`,
-            for DQN) instead of 4 floats in ``[-1, 1]``.
-        keep_mode: a paddle that touches the puck holds it (the original's ``keep_mode``).
-        max_steps: episode length limit in NORMAL mode (env steps; the episode is truncated as a draw there).
-        max_steps_train: episode length limit in TRAIN_SHOOTING and TRAIN_DEFENSE (env steps).
-        r_win: reward for a win (and minus it for a loss), >= 0.
-        w_closeness: weight of the original's closeness shaping (minus the agent-puck distance while the
-            puck is in the agent's half and not moving away; -30 summed over a half episode at 250/60 m),
-            >= 0. The original's reward is win/loss + this term.
-        w_touch: weight of the touch shaping (1 at the step the agent catches the puck), >= 0.
-        w_direction: weight of the direction shaping (puck x velocity / (max_steps * 25)), >= 0.
-
-    Raises:
-        ValueError: a key out of its allowed range; the message names the key (``env.<key>``) and what is allowed.
-    """
-
-    evaluation_settings = {"weak": {"mode": "NORMAL", "opponent": "weak"},
-                           "strong": {"mode": "NORMAL", "opponent": "strong"}}
-    outcome_keys = ("win", "draw", "loss")
-
-    def __init__(
-        self,
-        mode: Mode = "NORMAL",
-        opponent: Opponent = "weak",
-        discrete_actions: bool = False,
-        keep_mode: bool = True,
-        max_steps: int = 250,
-        max_steps_train: int = 80,
-        r_win: float = 10.0,
-        w_closeness: float = 1.0,
-        w_touch: float = 0.0,
-        w_direction: float = 0.0,
-    ) -> None:
-        _require(mode in MODES, "mode", mode, f"one of {list(MODES)}")
-        _require(opponent in OPPONENTS[:3], "opponent", opponent,
-                 f"one of {list(OPPONENTS[:3])} (a learned 'policy' opponent is set on the env: set_opponent_policy)")
-        _require(isinstance(discrete_actions, bool), "discrete_actions", discrete_actions, "true or false")
-        _require(isinstance(keep_mode, bool), "keep_mode", keep_mode, "true or false")
-        _require(isinstance(max_steps, int) and max_steps >= 1, "max_steps", max_steps, "an integer >= 1")
-        _require(isinstance(max_steps_train, int) and max_steps_train >= 1, "max_steps_train", max_steps_train,
-                 "an integer >= 1")
-        for key, value in (("r_win", r_win), ("w_closeness", w_closeness), ("w_touch", w_touch),
-                           ("w_direction", w_direction)):
-            _require(isinstance(value, (int, float)) and math.isfinite(value) and value >= 0, key, value,
-                     "a finite number >= 0 (the sign is part of the term)")
-        self.mode = mode
-        self.opponent = opponent
-        self.discrete_actions = discrete_actions
-        self.keep_mode = keep_mode
-        self.max_steps = max_steps
-        self.max_steps_train = max_steps_train
-        self.r_win = float(r_win)
-        self.w_closeness = float(w_closeness)
-        self.w_touch = float(w_touch)
-        self.w_direction = float(w_direction)
-
-    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> HockeyEnv:
-        return HockeyEnv(self, num_envs=num_envs, seed=seed, device=device)
 
 
 class HockeyEnv(RowSeededEnv):
@@ -353,7 +139,7 @@ class HockeyEnv(RowSeededEnv):
     Seeding:
         Each episode's random start (player 2 and puck positions in the training modes, the puck's start and
         the defense shot's target, the scripted opponent's phase) is drawn with the counter-based generator of
-        :mod:`envs.dvrp.rng`, keyed by the row seed and the row's episode index: row b of an env seeded ``s``
+        :mod:`envs.rng`, keyed by the row seed and the row's episode index: row b of an env seeded ``s``
         plays the episodes of a single env seeded ``s + b``, whatever the batch size (given the same actions,
         modes and opponents).
 
@@ -382,15 +168,18 @@ class HockeyEnv(RowSeededEnv):
         b, dev = num_envs, self.device
         f32 = {"dtype": torch.float32, "device": dev}
         # ---- constants, shaped [2, 1] (per player) to broadcast over the batch, which is the innermost dim
-        column = lambda *v: torch.tensor(v, **f32).view(-1, 1)
+
+        def column(*values: float) -> Tensor:
+            return torch.tensor(values, **f32).view(-1, 1)
+
         self._side = column(1.0, -1.0)  # player 2's own frame is the world rotated by pi
         self._accel = self._side * (DT * FORCE_MULTIPLIER / PLAYER_MASS)
         self._x_low, self._x_high = column(PLAYER_X_LIMITS[0], ZONE), column(-ZONE, -PLAYER_X_LIMITS[0])
         self._mirror_index = torch.tensor(MIRROR_INDEX, device=dev)
         self._mirror_sign = torch.tensor(MIRROR_SIGN, **f32).view(-1, 1)
         self._discrete = DISCRETE_ACTIONS.to(dev)
-        self._gain_table = torch.tensor([[0.0] * 3, [_KP["weak"] * g for g in (1.0, 0.2, 0.5)],
-                                         [_KP["strong"] * g for g in (1.0, 0.2, 0.5)], [0.0] * 3], **f32)
+        self._gain_table = torch.tensor([[0.0] * 3, [OPPONENT_GAINS["weak"] * g for g in (1.0, 0.2, 0.5)],
+                                         [OPPONENT_GAINS["strong"] * g for g in (1.0, 0.2, 0.5)], [0.0] * 3], **f32)
         # ---- state, feature-major: elementwise ops on contiguous [2, B] / [B] planes are the fast ones on CPU
         self.players = torch.zeros(6, 2, b, **f32)  # x, y, angle, vx, vy, omega of players 1, 2 (world frame)
         self.players[0] = column(PLAYER_START[0], -PLAYER_START[0])
@@ -454,25 +243,23 @@ class HockeyEnv(RowSeededEnv):
         """int64 ``[n]`` codes of ``value`` (one name for all, one name per row, or codes)."""
         if isinstance(value, Tensor):
             codes = value.to(device=device, dtype=torch.long).reshape(-1)
-            _require(bool(((codes >= 0) & (codes < len(names))).all()), key, value.tolist(),
+            require(bool(((codes >= 0) & (codes < len(names))).all()), key, value.tolist(),
                      f"codes in [0, {len(names)}) for {list(names)}")
         else:
             values = [value] if isinstance(value, str) else list(value)
             for v in values:
-                _require(v in names, key, v, f"one of {list(names)}")
+                require(v in names, key, v, f"one of {list(names)}")
             codes = torch.tensor([names.index(v) for v in values], dtype=torch.long, device=device)
         if codes.shape[0] == 1:
             codes = codes.expand(n)
-        _require(codes.shape[0] == n, key, value, f"one value, or one per selected row ({n})")
+        require(codes.shape[0] == n, key, value, f"one value, or one per selected row ({n})")
         return codes
 
     @staticmethod
     def render_game(observation: Tensor, frames: int = 8) -> np.ndarray:
-        """A frame strip of one game from its ``observation`` ``[T, 18]`` (:func:`envs.hockey_render.render_game`;
+        """A frame strip of one game from its ``observation`` ``[T, 18]`` (:func:`envs.hockey.render.render_game`;
         ``callbacks.PolicyEvaluation`` logs it as a TensorBoard image)."""
-        from envs.hockey_render import render_game
-
-        return render_game(observation, frames)
+        return draw_game(observation, frames)
 
     def configure(self, mode: Mode | None = None, opponent: str | None = None, **shaping: float) -> None:
         """Runtime settings of every row (the protocol ``callbacks.CurriculumPhases`` and
@@ -532,6 +319,11 @@ class HockeyEnv(RowSeededEnv):
         """
         self._opponent_policy = policy
 
+    @property
+    def opponent_policy(self) -> OpponentPolicy | None:
+        """The callable that drives the ``policy`` rows (:meth:`set_opponent_policy`)."""
+        return self._opponent_policy
+
     def set_shaping(self, r_win: float | None = None, w_closeness: float | None = None, w_touch: float | None = None,
                     w_direction: float | None = None) -> None:
         """Change reward weights from the next step on (None keeps a weight); see the class docstring.
@@ -542,7 +334,7 @@ class HockeyEnv(RowSeededEnv):
         for key, value in (("r_win", r_win), ("w_closeness", w_closeness), ("w_touch", w_touch),
                            ("w_direction", w_direction)):
             if value is not None:
-                _require(isinstance(value, (int, float)) and math.isfinite(value) and value >= 0, key, value,
+                require(isinstance(value, (int, float)) and math.isfinite(value) and value >= 0, key, value,
                          "a finite number >= 0 (the sign is part of the term)")
                 setattr(self, key, float(value))
 
@@ -589,16 +381,9 @@ class HockeyEnv(RowSeededEnv):
     # ------------------------------------------------------------------ dynamics
     def _reset(self, tensordict: TensorDict | None = None, **kwargs) -> TensorDict:
         b, dev = self.batch_size[0], self.device
-        rows = tensordict.get("_reset", None) if tensordict is not None else None
-        if rows is None:
-            rows = torch.ones(b, dtype=torch.bool, device=dev)
-        rows = rows.reshape(b)
-        idx = rows.nonzero().squeeze(-1)
+        _, idx, episode, keys = self.start_episodes(tensordict)
         k = idx.shape[0]
         self._apply_settings(idx)
-        episode = self.episode.index_select(0, idx)
-        keys = rng.episode_keys(self.row_seed.index_select(0, idx), episode)
-        self.episode = self.episode + rows
         u = rng.uniform(keys, _RESET_STREAM, (6,))
         mode = self.mode.index_select(0, idx)
         normal, defense = mode == NORMAL, mode == TRAIN_DEFENSE
@@ -614,7 +399,7 @@ class HockeyEnv(RowSeededEnv):
         start_x = (1.0 + u[:, _U_PUCK_X]) * torch.where(agent_side, -1.0, 1.0)
         start_y = u[:, _U_PUCK_Y] * 2.0 - 1.0
         shot_x = u[:, _U_PUCK_X] * (10.0 / 3.0)
-        shot_y = ((u[:, _U_PUCK_Y] * 2.0 - 1.0) * (0.8 * 4.0)).clamp(-_PUCK_Y_LIMIT, _PUCK_Y_LIMIT)
+        shot_y = ((u[:, _U_PUCK_Y] * 2.0 - 1.0) * (0.8 * 4.0)).clamp(-PUCK_Y_LIMIT, PUCK_Y_LIMIT)
         puck = torch.where(defense.unsqueeze(-1), torch.stack([shot_x, shot_y], -1), torch.stack([start_x, start_y], -1))
         aim = torch.stack([torch.full_like(shot_x, -5.0), 0.6 * GOAL_HALF_WIDTH * (u[:, _U_SHOT_Y] * 2.0 - 1.0)], -1)
         direction = aim - puck
@@ -632,7 +417,7 @@ class HockeyEnv(RowSeededEnv):
 
     def _opponent_action(self) -> Tensor:
         """Player 2's action ``[4, B]`` (own frame, feature-major) from its last observation, by each row's opponent."""
-        action = _scripted_rows(self._opponent_rows, self._opponent_gain, self.phase, self.config.keep_mode)
+        action = scripted_rows(self._opponent_rows, self._opponent_gain, self.phase, self.config.keep_mode)
         if self._has_policy_rows:
             idx = (self.opponent == POLICY).nonzero().squeeze(-1)
             out = torch.zeros(idx.shape[0], ACTION_SIZE, device=self.device)
@@ -680,7 +465,7 @@ class HockeyEnv(RowSeededEnv):
         shoot = held * ((hold <= 1) | (act[3] > 0.5)).float()
         hold = hold * (1.0 - shoot)
         any_held, still = held[0] + held[1], (held[0] - shoot[0]) + (held[1] - shoot[1])  # [B] 0/1
-        rim_x, rim_y = (x + face_x * _CONTACT) * held, (y + face_y * _CONTACT) * held
+        rim_x, rim_y = (x + face_x * CONTACT_DISTANCE) * held, (y + face_y * CONTACT_DISTANCE) * held
         kick = shoot * SHOT_SPEED
         hold_vx, hold_vy = (vx + face_x * kick) * held, (vy + face_y * kick) * held
         free = 1.0 - any_held
@@ -698,21 +483,21 @@ class HockeyEnv(RowSeededEnv):
         inv = 1.0 / dist.clamp_min(1e-6)
         nx, ny = cx * inv, cy * inv  # contact normal, paddle -> puck
         approach = (kvx - vx) * nx + (kvy - vy) * ny  # [2, B]
-        contact = ((dist < _CONTACT) & (approach < 0)).float() * (1.0 - still)
+        contact = ((dist < CONTACT_DISTANCE) & (approach < 0)).float() * (1.0 - still)
         catch = contact * ((self._side * kvx < 0.1) & (hold[0] + hold[1] == 0)).float() * float(cfg.keep_mode)
         catch = torch.stack([catch[0], catch[1] * (1.0 - catch[0])])  # player 1 first if both catch
         push = approach * (1.0 + RESTITUTION) * contact
         kvx, kvy = kvx - (push[0] * nx[0] + push[1] * nx[1]), kvy - (push[0] * ny[0] + push[1] * ny[1])
         first, second = contact[0], contact[1] * (1.0 - contact[0])
         stay = 1.0 - first - second
-        kx = kx * stay + (x[0] + nx[0] * _CONTACT) * first + (x[1] + nx[1] * _CONTACT) * second
-        ky = ky * stay + (y[0] + ny[0] * _CONTACT) * first + (y[1] + ny[1] * _CONTACT) * second
+        kx = kx * stay + (x[0] + nx[0] * CONTACT_DISTANCE) * first + (x[1] + nx[1] * CONTACT_DISTANCE) * second
+        ky = ky * stay + (y[0] + ny[0] * CONTACT_DISTANCE) * first + (y[1] + ny[1] * CONTACT_DISTANCE) * second
         hold = hold * (1.0 - catch) + catch * float(MAX_TIME_KEEP_PUCK)
         # ---- walls (the end walls are open in the goal mouth), then goals
         mouth = (ky.abs() < GOAL_HALF_WIDTH).float()
-        limit_x = _PUCK_X_LIMIT + mouth * (_NO_LIMIT - _PUCK_X_LIMIT)
+        limit_x = PUCK_X_LIMIT + mouth * (NO_LIMIT - PUCK_X_LIMIT)
         kx, kvx = _bounce(kx, kvx, limit_x)
-        ky, kvy = _bounce(ky, kvy, _PUCK_Y_LIMIT)
+        ky, kvy = _bounce(ky, kvy, PUCK_Y_LIMIT)
         winner = kx.sign() * ((kx.abs() > GOAL_X).float() * mouth)  # [B]
         # ---- commit
         self.players = torch.stack([x, y, angle, vx, vy, omega])
@@ -726,7 +511,7 @@ class HockeyEnv(RowSeededEnv):
         if self.w_closeness:
             own_half = ((kx < 0) & (kvx <= 0)).float()
             dx, dy = x[0] - kx, y[0] - ky
-            scale = self._inv_max_steps * (_CLOSENESS_PER_METRE_STEP * self.w_closeness)
+            scale = self._inv_max_steps * (CLOSENESS_PER_METRE_STEP * self.w_closeness)
             reward = reward + (dx * dx + dy * dy).sqrt() * scale * own_half
         if self.w_touch:
             reward = reward + catch[0] * self.w_touch
@@ -756,9 +541,3 @@ class HockeyEnv(RowSeededEnv):
             out["reward"] = reward
         # _new_unsafe skips the checks of TensorDict(...): every entry is built here with batch size [B]
         return TensorDict._new_unsafe(out, batch_size=self.batch_size, device=self.device)
-
-
-__all__ = [
-    "DISCRETE_ACTIONS", "MODES", "OPPONENTS", "BasicOpponent", "HockeyConfig", "HockeyEnv",
-    "basic_opponent_action", "discrete_to_continuous",
-]

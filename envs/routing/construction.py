@@ -31,7 +31,7 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from envs.vrptw.problem import distance_matrix
+from envs.routing.problem import distance_matrix
 
 
 def default_margin(dtype: torch.dtype) -> float:
@@ -83,7 +83,7 @@ def customer_mask(problem: TensorDict, dist: Tensor, pos: Tensor, time: Tensor, 
     """Bool ``[R, 1 + N]``: customers that can be served next (column 0, the depot, is False).
 
     Args:
-        problem: the problem TensorDict ``[R]`` (:mod:`envs.vrptw.problem`). dist: ``[R, 1 + N, 1 + N]`` (km).
+        problem: the problem TensorDict ``[R]`` (:mod:`envs.routing.problem`). dist: ``[R, 1 + N, 1 + N]`` (km).
         pos, time, load, used, visited: as in :class:`ConstructionState`. margin: time units.
     """
     d = dist.gather(1, pos.view(-1, 1, 1).expand(-1, 1, dist.shape[-1])).squeeze(1)  # [R, 1 + N]
@@ -116,7 +116,7 @@ def start(problem: TensorDict, dist: Tensor | None = None, margin: float | None 
     """The empty plans of ``problem`` (every vehicle at the depot; absent customers count as served).
 
     Args:
-        problem: TensorDict ``[R]`` (:mod:`envs.vrptw.problem`).
+        problem: TensorDict ``[R]`` (:mod:`envs.routing.problem`).
         dist: ``[R, 1 + N, 1 + N]`` distances (km); computed from ``loc`` when None.
         margin: safety margin (time units); :func:`default_margin` of the dtype when None.
         early_return: a route may close while customers could still be appended (see module docstring).

@@ -1,0 +1,114 @@
+"""Playing episodes and reading their results: the one place that turns finished episodes into numbers, used
+by the training statistics (``modules.base``), the periodic evaluation (``callbacks.PolicyEvaluation``) and
+``pipelines.evaluate``.
+
+An episode's results are its undiscounted return (``RewardSum``'s ``episode_reward`` at its last step; a
+multi-agent env's is the team's, summed over the agents, with each agent's own as ``agent<i>/episode_return``)
+and every entry the env reports under ``report`` at that step (an env's report is its own: the DVRP env's plan
+cost and served customers, the hockey env's win / draw / loss; a per-agent entry is averaged over the agents,
+with each agent's own as ``agent<i>/<key>``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import Tensor
+from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
+from torchrl.envs.utils import step_mdp
+
+
+def episode_results(step: TensorDictBase, finished: Tensor) -> dict[str, Tensor]:
+    """The results of the episodes that end at ``finished``.
+
+    Args:
+        step: the ``next`` entries of env steps, batch ``[*S]`` (e.g. a collected ``[B, T]`` batch's
+            ``("next",)``), with ``episode_reward`` ``[*S, 1]`` or ``[*S, R, 1]`` and optionally ``report``.
+        finished: bool ``[*S]``, the steps whose episode is counted (e.g. ``done``).
+
+    Returns:
+        ``{name: [N] float tensor}`` over the N finished episodes in ``finished``'s (row-major) order:
+        ``episode_return``, ``agent<i>/episode_return`` (multi-agent), ``<report key>`` and
+        ``agent<i>/<report key>`` (per-agent report entries).
+    """
+    n = int(finished.sum())
+    returns = step["episode_reward"][finished].float().reshape(n, -1)  # [N, R]
+    out = {"episode_return": returns.sum(-1)}
+    if returns.shape[1] > 1:
+        out.update({f"agent{i}/episode_return": returns[:, i] for i in range(returns.shape[1])})
+    if "report" in step.keys():
+        for key, value in step["report"].items():
+            value = value[finished].float().reshape(n, -1)  # [N, 1], or [N, R] per agent
+            out[key] = value.mean(-1)
+            if value.shape[1] > 1:
+                out.update({f"agent{i}/{key}": value[:, i] for i in range(value.shape[1])})
+    return out
+
+
+def play_episodes(env: EnvBase, policy: Callable[[TensorDictBase], TensorDictBase], episodes_per_row: int = 1,
+                  max_steps: int | None = None,
+                  on_step: Callable[[TensorDictBase, Tensor], None] | None = None) -> dict[str, Tensor]:
+    """Play the first ``episodes_per_row`` episodes of every row of ``env`` (from a reset) with ``policy``,
+    deterministically (``ExplorationType.DETERMINISTIC``, no gradients).
+
+    Args:
+        env: a batched env ``[B]`` (e.g. from ``envs.make_env``, with ``RewardSum``).
+        policy: reads an observation TensorDict ``[B]``, writes ``action``.
+        episodes_per_row: episodes counted per row (rows that finish early play on uncounted).
+        max_steps: stop after this many steps even if some episodes are unfinished (they are not counted).
+        on_step: called after every step with the step's TensorDict (``[B]``, with ``next``) and the bool
+            ``[B]`` mask of the rows whose counted episode ended at it, before those rows are reset (the env
+            still holds the finished episodes' state, e.g. a plan to export or draw).
+
+    Returns:
+        :func:`episode_results` of the counted episodes, ordered by (episode index in its row, row).
+    """
+    b = env.batch_size[0]
+    counts = torch.zeros(b, dtype=torch.long)
+    parts: dict[str, list[Tensor]] = {}
+    order: list[Tensor] = []
+    td = env.reset()
+    steps = 0
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        while bool((counts < episodes_per_row).any()) and (max_steps is None or steps < max_steps):
+            step = env.step(policy(td))
+            steps += 1
+            finished = step["next", "done"].reshape(b).cpu() & (counts < episodes_per_row)
+            if on_step is not None:
+                on_step(step, finished)
+            if bool(finished.any()):
+                for key, value in episode_results(step["next"], finished.to(step.device)).items():
+                    parts.setdefault(key, []).append(value.cpu())
+                rows = finished.nonzero().squeeze(-1)
+                order.append(counts[rows] * b + rows)
+            counts += finished.long()
+            td = env.maybe_reset(step_mdp(step, reward_keys=env.reward_keys, done_keys=env.done_keys,
+                                          action_keys=env.action_keys))
+    if not order:
+        return {}
+    sort = torch.cat(order).argsort(stable=True)
+    return {key: torch.cat(values)[sort] for key, values in parts.items()}
+
+
+class UniformRandomPolicy:
+    """The random baseline of any env: uniform over each agent's allowed actions (``action_mask``,
+    ``[*B, A]`` -> categorical ``action`` ``[*B]``), else a draw from the per-sample ``action_spec``
+    (both from the global torch RNG).
+
+    Args:
+        action_spec: the env's ``action_spec_unbatched``.
+    """
+
+    def __init__(self, action_spec) -> None:
+        self.action_spec = action_spec
+
+    def __call__(self, td: TensorDict) -> TensorDict:
+        if "action_mask" in td.keys():
+            mask = td["action_mask"]
+            draw = torch.multinomial(mask.float().reshape(-1, mask.shape[-1]), 1)
+            td["action"] = draw.reshape(mask.shape[:-1])
+        else:
+            td["action"] = self.action_spec.rand(td.batch_size)
+        return td

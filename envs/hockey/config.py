@@ -1,0 +1,81 @@
+"""Parameters of the hockey env (the ``env:`` section of a hockey run's YAML)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from envs.config import EnvConfig, require
+from envs.hockey.constants import MODES, OPPONENTS, Mode, Opponent
+from envs.hockey.env import HockeyEnv
+
+
+class HockeyConfig(EnvConfig):
+    """Parameters of the hockey env; the defaults follow the original ``HockeyEnv_BasicOpponent``.
+
+    Args:
+        mode: ``NORMAL`` (a game from the centre, the puck starting on alternating sides), ``TRAIN_SHOOTING``
+            (the puck starts in the agent's half, the opponent at a random place) or ``TRAIN_DEFENSE`` (the
+            puck is shot at the agent's goal from the opponent's half). Changeable per row with
+            :meth:`HockeyEnv.set_mode`.
+        opponent: who drives player 2: ``static`` (does nothing), ``weak`` or ``strong`` (the scripted
+            BasicOpponent). Changeable per row with :meth:`HockeyEnv.set_opponent` (also to ``policy``).
+        discrete_actions: the agent's ``action`` is an int64 in ``[0, 8)`` (see :data:`DISCRETE_ACTIONS`,
+            for DQN) instead of 4 floats in ``[-1, 1]``.
+        keep_mode: a paddle that touches the puck holds it (the original's ``keep_mode``).
+        max_steps: episode length limit in NORMAL mode (env steps; the episode is truncated as a draw there).
+        max_steps_train: episode length limit in TRAIN_SHOOTING and TRAIN_DEFENSE (env steps).
+        r_win: reward for a win (and minus it for a loss), >= 0.
+        w_closeness: weight of the original's closeness shaping (minus the agent-puck distance while the
+            puck is in the agent's half and not moving away; -30 summed over a half episode at 250/60 m),
+            >= 0. The original's reward is win/loss + this term.
+        w_touch: weight of the touch shaping (1 at the step the agent catches the puck), >= 0.
+        w_direction: weight of the direction shaping (puck x velocity / (max_steps * 25)), >= 0.
+
+    Raises:
+        ValueError: a key out of its allowed range; the message names the key (``env.<key>``) and what is allowed.
+    """
+
+    evaluation_settings = {"weak": {"mode": "NORMAL", "opponent": "weak"},
+                           "strong": {"mode": "NORMAL", "opponent": "strong"}}
+    outcome_keys = ("win", "draw", "loss")
+
+    def __init__(
+        self,
+        mode: Mode = "NORMAL",
+        opponent: Opponent = "weak",
+        discrete_actions: bool = False,
+        keep_mode: bool = True,
+        max_steps: int = 250,
+        max_steps_train: int = 80,
+        r_win: float = 10.0,
+        w_closeness: float = 1.0,
+        w_touch: float = 0.0,
+        w_direction: float = 0.0,
+    ) -> None:
+        require(mode in MODES, "mode", mode, f"one of {list(MODES)}")
+        require(opponent in OPPONENTS[:3], "opponent", opponent,
+                 f"one of {list(OPPONENTS[:3])} (a learned 'policy' opponent is set on the env: set_opponent_policy)")
+        require(isinstance(discrete_actions, bool), "discrete_actions", discrete_actions, "true or false")
+        require(isinstance(keep_mode, bool), "keep_mode", keep_mode, "true or false")
+        require(isinstance(max_steps, int) and max_steps >= 1, "max_steps", max_steps, "an integer >= 1")
+        require(isinstance(max_steps_train, int) and max_steps_train >= 1, "max_steps_train", max_steps_train,
+                 "an integer >= 1")
+        for key, value in (("r_win", r_win), ("w_closeness", w_closeness), ("w_touch", w_touch),
+                           ("w_direction", w_direction)):
+            require(isinstance(value, (int, float)) and math.isfinite(value) and value >= 0, key, value,
+                     "a finite number >= 0 (the sign is part of the term)")
+        self.mode = mode
+        self.opponent = opponent
+        self.discrete_actions = discrete_actions
+        self.keep_mode = keep_mode
+        self.max_steps = max_steps
+        self.max_steps_train = max_steps_train
+        self.r_win = float(r_win)
+        self.w_closeness = float(w_closeness)
+        self.w_touch = float(w_touch)
+        self.w_direction = float(w_direction)
+
+    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> HockeyEnv:
+        return HockeyEnv(self, num_envs=num_envs, seed=seed, device=device)

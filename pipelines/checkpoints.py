@@ -1,0 +1,59 @@
+"""Reading checkpoint files: the learned models an env needs (``EnvConfig.model_checkpoints``, e.g. the DVRP
+neural oracle's routing policy), and a trained run for evaluation. Envs never read checkpoints; they take the
+models they are handed (``EnvConfig.attach_model``)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import torch
+from torch import nn
+
+from envs import EnvConfig
+
+_ENTRY_KEYS = ("class_path", "config", "weights_prefix")
+
+
+def load_exported_model(path: str, name: str) -> tuple[nn.Module, dict]:
+    """Rebuild the model ``name`` that a training checkpoint exports (eval mode, on CPU).
+
+    The checkpoint is a Lightning file whose module wrote ``checkpoint[name]`` = ``{class_path, config,
+    [weights_prefix], <what it was trained for>}`` (e.g. ``modules.reinforce.REINFORCEModule``'s
+    ``routing_policy``: the network's class path, constructor arguments, ``num_customers`` and
+    ``num_vehicles``); the weights are the ``state_dict`` entries under ``weights_prefix`` (default
+    ``policy.``). The file is unpickled: load only checkpoints you trust.
+
+    Args:
+        path: the checkpoint file. name: the exported model's entry.
+
+    Returns:
+        The model, and its record of what it was trained for (the entry without class path and config).
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: the checkpoint exports no model ``name``.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path!r}: no such file (the checkpoint of {name})")
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    entry = checkpoint.get(name) if isinstance(checkpoint, dict) else None
+    if not isinstance(entry, dict) or "state_dict" not in checkpoint:
+        raise ValueError(f"{path!r} is not a {name} checkpoint (it has no {name!r} entry)")
+    module_name, _, class_name = entry["class_path"].rpartition(".")
+    model = getattr(importlib.import_module(module_name), class_name)(**entry["config"])
+    prefix = entry.get("weights_prefix", "policy.")
+    model.load_state_dict({k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
+    return model.eval(), {k: v for k, v in entry.items() if k not in _ENTRY_KEYS}
+
+
+def attach_env_models(config: EnvConfig) -> None:
+    """Load every model ``config`` needs from a checkpoint (``config.model_checkpoints()``) and hand it over
+    (``config.attach_model``), which checks what it was trained for.
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`load_exported_model` and the config's ``attach_model``.
+    """
+    for name, path in config.model_checkpoints().items():
+        model, trained_for = load_exported_model(path, name)
+        config.attach_model(name, model, trained_for)

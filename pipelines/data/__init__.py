@@ -1,0 +1,30 @@
+"""The data path: env + TorchRL collector -> the batches Lightning feeds to ``training_step``.
+
+This is the only place that knows how data moves. The data module builds the env on every rank in
+``setup`` (row seeds ``seed + rank * num_envs + b``, so ranks never share an instance stream) and the
+collector lazily when training starts (after a checkpoint has been restored), driven by the module's
+``collector_policy``: in this process, or in rollout worker processes (:mod:`pipelines.data.collectors`). The
+stream is an ``IterableDataset`` that collects, hands each batch to ``module.on_collected`` and yields what
+the algorithm trains on:
+
+* on-policy (:class:`OnPolicyDataModule`): each collected ``[B, T]`` batch, processed by the module
+  (e.g. GAE), split into ``ppo_epochs`` shuffled passes of ``mini_batch_size`` minibatches;
+* off-policy (:class:`OffPolicyDataModule`): each collected ``[B, T]`` batch extends a replay buffer
+  (:mod:`pipelines.data.replay`: the entries the module declares, through its ``replay_transform``), then
+  ``utd_ratio`` sampled batches are yielded (none during the ``init_random_frames`` warm-up).
+
+The stream ends when ``total_frames`` (summed over ranks) have been collected, and stops the trainer.
+
+Callbacks that need the raw collected data implement the optional hook
+``on_batch_collected(trainer, pl_module, batch)``: it receives every collected ``[B, T]`` batch, on
+every rank, before the module processes it (``callbacks.EmbeddingUpdate`` fills its outcome store so).
+Callbacks act on the training envs through the named methods :meth:`RLDataModule.configure_env`,
+:meth:`~RLDataModule.set_opponents`, :meth:`~RLDataModule.set_opponent_policy` and
+:meth:`~RLDataModule.update_embedding` (:mod:`pipelines.data.env_control`).
+"""
+
+from pipelines.data.base import RLDataModule
+from pipelines.data.off_policy import OffPolicyDataModule
+from pipelines.data.on_policy import OnPolicyDataModule
+
+__all__ = ["OffPolicyDataModule", "OnPolicyDataModule", "RLDataModule"]

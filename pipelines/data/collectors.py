@@ -1,0 +1,159 @@
+"""The collectors of the data path: the training envs stepped in this process (TorchRL ``Collector``) or in
+rollout worker processes (TorchRL ``MultiSyncCollector``). Both yield ``[B, T]`` batches of the latest policy.
+
+Worker processes use TorchRL's mechanisms only: the policy's weights reach them through the collector's
+shared-memory weight-sync scheme before every batch (``update_at_each_batch``), and named calls on their
+envs through the collector's ``map_fn`` (:mod:`pipelines.env_control`). A fault ends the run, never hangs
+it: TorchRL checks the worker processes while it waits for them, and a watchdog kills the workers when a
+batch or a call takes longer than ``timeout_s`` (a stopped or stuck worker), so that check fires.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from functools import partial
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+from torchrl.collectors import Collector, MultiSyncCollector
+from torchrl.envs import EnvBase
+from torchrl.weight_update import SharedMemWeightSyncScheme
+
+from envs import EnvConfig, make_env
+from pipelines.data.env_control import Call, apply_calls
+
+SHUTDOWN_TIMEOUT_S = 5.0  # TorchRL asks workers to close, then terminates, then kills them within this time
+
+
+def local_collector(env: EnvBase, policy: nn.Module, frames_per_batch: int, device: str, **options) -> Collector:
+    """TorchRL's ``Collector`` over the in-process training env (``options``: e.g. ``init_random_frames``)."""
+    return Collector(env, policy, frames_per_batch=frames_per_batch, total_frames=-1, device=device,
+                     auto_register_policy_transforms=False, trust_policy=True, **options)
+
+
+def make_worker_env(env_config: EnvConfig, num_envs: int, seed: int, calls: list[Call]) -> EnvBase:
+    """A worker's env (``make_env``'s, rows seeded ``seed, seed + 1, ...``) after the learner's calls made before
+    the workers started. Runs in the worker process, whose torch RNG (the policy's exploration, random warm-up
+    actions) it seeds with ``seed`` too, so a run with workers is reproducible and each worker draws its own
+    stream."""
+    torch.manual_seed(seed)
+    env = make_env(env_config, num_envs, seed, "cpu")
+    apply_calls(env, calls)
+    return env
+
+
+def _process_state(pid: int) -> str:
+    """The process's state letter from ``/proc`` (``T``: stopped), or ``?`` where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
+class WorkerCollector:
+    """``workers`` processes of ``num_envs / workers`` envs each (TorchRL ``MultiSyncCollector``), collecting
+    ``frames_per_batch`` frames per batch with the latest policy weights, the policy acting on CPU there.
+
+    Row ``b`` of worker ``w`` is seeded ``first_seed + w * num_envs / workers + b``, like the same row of one
+    in-process env of ``num_envs`` rows, so the workers' trajectories differ; each worker's torch RNG (its
+    exploration draws) is seeded with its row 0's seed, so a run is reproducible.
+
+    Args:
+        env_config: the env of every worker.
+        num_envs: envs over all workers (a multiple of ``workers``).
+        workers: worker processes (>= 1).
+        first_seed: seed of row 0 of worker 0.
+        policy: the collecting policy; its weights are shared with the workers and refreshed before each batch.
+        frames_per_batch: frames per collected batch over all workers.
+        timeout_s: the longest a batch or a call on the workers may take before the run stops (seconds).
+        startup_calls: per worker, the calls its env makes right after it is built (before its first reset).
+        **options: further ``MultiSyncCollector`` arguments (e.g. ``init_random_frames``).
+
+    Yields:
+        ``[num_envs, frames_per_batch / num_envs]`` batches (worker 0's rows first).
+
+    Raises:
+        RuntimeError: a worker process died, or sent no batch (or no answer to a call) within ``timeout_s``;
+            the message names the worker.
+    """
+
+    def __init__(self, env_config: EnvConfig, num_envs: int, workers: int, first_seed: int, policy: nn.Module,
+                 frames_per_batch: int, timeout_s: float, startup_calls: list[list[Call]] | None = None,
+                 **options) -> None:
+        per = num_envs // workers
+        calls = startup_calls or [[] for _ in range(workers)]
+        make = [partial(make_worker_env, env_config, per, first_seed + w * per, calls[w]) for w in range(workers)]
+        self.timeout_s = timeout_s
+        self._stall: str | None = None
+        # sync=False: the workers' policy parameters are the shared buffer itself, which the learner updates
+        # in place while they wait for their next batch; no acknowledgement to wait for (a dead worker's
+        # missing acknowledgement would block the learner forever)
+        self._collector = MultiSyncCollector(make, policy, frames_per_batch=frames_per_batch, total_frames=-1,
+                                             device="cpu", update_at_each_batch=True,
+                                             weight_sync_schemes={"policy": SharedMemWeightSyncScheme(sync=False)},
+                                             **options)
+        self.pids = [proc.pid for proc in self._collector.procs]
+
+    @property
+    def procs(self) -> list:
+        """The worker processes."""
+        return self._collector.procs
+
+    # ------------------------------------------------------------------ faults
+    def _stalled(self, what: str) -> None:
+        """The watchdog fired: name the stopped workers (all if none looks stopped) and kill every worker,
+        so that TorchRL's worker check raises in the learner."""
+        stopped = [w for w, pid in enumerate(self.pids) if _process_state(pid) in ("T", "t")]
+        named = ", ".join(f"{w} (pid {self.pids[w]}{', stopped' if w in stopped else ''})"
+                          for w in (stopped or range(len(self.pids))))
+        self._stall = (f"rollout workers {named} gave no {what} within data.worker_timeout_s={self.timeout_s:g} s: "
+                       f"the run stops (its checkpoints are kept)")
+        for pid in self.pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    @contextlib.contextmanager
+    def _watch(self, what: str) -> Iterator[None]:
+        """Run a wait on the workers under the watchdog; a worker fault becomes one ``RuntimeError`` naming it."""
+        timer = threading.Timer(self.timeout_s, self._stalled, (what,))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        except RuntimeError as err:
+            if self._stall is not None:
+                raise RuntimeError(self._stall) from err
+            dead = [f"{w} (pid {pid}, exit code {proc.exitcode})" for w, (pid, proc) in enumerate(zip(self.pids, self.procs))
+                    if not proc._closed and proc.exitcode is not None]
+            raise RuntimeError(f"rollout worker {', '.join(dead) or '?'} died: {err} The run stops (its "
+                               f"checkpoints are kept)") from err
+        finally:
+            timer.cancel()
+
+    # ------------------------------------------------------------------ use
+    def map_fn(self, method: str, args: list[tuple], kwargs: list[dict]) -> list:
+        """``method`` (a dotted path from each worker's collector, e.g. ``env.base_env.configure``) called in
+        every worker with its own arguments, between batches (TorchRL ``map_fn``); returns the results."""
+        with self._watch(f"answer to {method}"):
+            return self._collector.map_fn(method, args, kwargs)
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        iterator = iter(self._collector)
+        while True:
+            with self._watch("batch"):
+                batch = next(iterator)
+            yield batch.reshape(-1, batch.shape[-1])  # [workers, envs per worker, T] -> [B, T]
+
+    def shutdown(self) -> None:
+        """Stop the workers (dead or stopped ones included) within :data:`SHUTDOWN_TIMEOUT_S`."""
+        for pid, proc in zip(self.pids, self.procs):
+            if not proc._closed and _process_state(pid) in ("T", "t"):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)  # a stopped process takes no SIGTERM
+        self._collector.shutdown(timeout=SHUTDOWN_TIMEOUT_S, raise_on_error=False)

@@ -1,0 +1,108 @@
+"""Named calls on the training envs, wherever they step: curriculum settings, self-play opponents and their
+weights, embedding-model weights.
+
+Every call is made first on this process's copy of the env (so a bad setting raises here, with the env's
+message). With rollout workers it is then made on every worker's env through the collector's ``map_fn``
+(TorchRL runs it in each worker between batches, while the worker waits for its next one), with each
+worker's share of a per-row argument; calls made before the workers start are handed to the workers' env
+builders, so they apply before the first reset. A run with workers thus makes the same calls at the same
+points as one with in-process envs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+from torchrl.envs import EnvBase
+
+from envs import unwrap
+
+Call = tuple[str, tuple, dict]  # (method path on the base env, args, kwargs)
+
+
+def resolve(env: EnvBase, method: str):
+    """The callable at ``method`` (a dotted path, e.g. ``config.embedding_model.load_state_dict``) of the base env.
+
+    Raises:
+        ValueError: the env has no such method.
+    """
+    target = unwrap(env)
+    for name in method.split("."):
+        if not hasattr(target, name):
+            raise ValueError(f"env {type(unwrap(env)).__name__} has no method {method}: the call needs an env that has it")
+        target = getattr(target, name)
+    return target
+
+
+def apply_calls(env: EnvBase, calls: list[Call]) -> None:
+    """Make ``calls`` on ``env``'s base env, in order."""
+    for method, args, kwargs in calls:
+        resolve(env, method)(*args, **kwargs)
+
+
+class Workers(Protocol):
+    """What the control needs of a worker collector: TorchRL's ``map_fn`` over its workers."""
+
+    def map_fn(self, method: str, args: list[tuple], kwargs: list[dict]) -> list: ...
+
+
+class EnvControl:
+    """Applies named calls to the training envs: this process's env and, with ``workers``, every worker's.
+
+    Args:
+        env: this process's training env (all ``num_envs`` rows).
+        workers: worker processes stepping the rows (0: none), ``rows / workers`` rows each, in order.
+    """
+
+    def __init__(self, env: EnvBase, workers: int = 0) -> None:
+        self.env = env
+        self.workers = workers
+        self.rows_per_worker = env.batch_size[0] // workers if workers else 0
+        self._startup: list[list[Call]] = [[] for _ in range(workers)]
+        self._collector: Workers | None = None
+
+    def startup_calls(self) -> list[list[Call]]:
+        """Per worker, the calls made before the workers started (for their env builders)."""
+        return [list(calls) for calls in self._startup]
+
+    def connect(self, collector: Workers) -> None:
+        """From now on, calls reach the workers through ``collector.map_fn``."""
+        self._collector = collector
+
+    def disconnect(self) -> None:
+        """The workers are gone (shut down): calls reach this process's env only until the next :meth:`connect`,
+        and go to the next workers' builders."""
+        self._collector = None
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """``base_env.<method>(*args, **kwargs)`` on every env.
+
+        Raises:
+            ValueError: the env has no such method, or rejects the call.
+        """
+        resolve(self.env, method)(*args, **kwargs)
+        self._send(method, [(args, kwargs)] * self.workers)
+
+    def call_rows(self, method: str, values: Sequence | torch.Tensor, **kwargs: Any) -> None:
+        """``base_env.<method>(values, **kwargs)`` with one value per env row; each worker gets its rows' values.
+
+        Raises:
+            ValueError: ``values`` does not have one entry per row, or the env rejects the call.
+        """
+        rows = self.env.batch_size[0]
+        if len(values) != rows:
+            raise ValueError(f"{method}: got {len(values)} values for {rows} env rows")
+        resolve(self.env, method)(values, **kwargs)
+        per = self.rows_per_worker
+        self._send(method, [((values[w * per:(w + 1) * per],), kwargs) for w in range(self.workers)])
+
+    def _send(self, method: str, per_worker: list[tuple[tuple, dict]]) -> None:
+        if not per_worker:
+            return
+        if self._collector is None:
+            for calls, (args, kwargs) in zip(self._startup, per_worker):
+                calls.append((method, args, kwargs))
+        else:
+            self._collector.map_fn(f"env.base_env.{method}", [a for a, _ in per_worker], [k for _, k in per_worker])

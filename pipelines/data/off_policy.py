@@ -1,0 +1,137 @@
+"""The off-policy data path: collected batches into a replay buffer, sampled batches out (DQN, SAC)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Literal
+
+from jsonargparse.typing import PositiveFloat, PositiveInt
+from tensordict import TensorDict
+from torchrl.data import TensorDictReplayBuffer
+
+from envs import EnvConfig
+from pipelines.data.base import RLDataModule, check
+from pipelines.data.replay import make_replay_buffer, store, update_priorities
+
+
+class OffPolicyDataModule(RLDataModule):
+    """Off-policy pipeline: collect ``frames_per_batch`` -> ``buffer.extend`` -> ``utd_ratio`` sampled
+    batches of ``batch_size`` transitions per collected batch.
+
+    The first ``init_random_frames`` frames (all ranks) are collected with uniformly random (masked)
+    actions and train nothing. The buffer (:func:`pipelines.data.replay.make_replay_buffer`) stores time-contiguous
+    ``[B, T]`` slices of the entries the module declares (``replay_keys``), so the module's
+    ``replay_transform()`` (e.g. TorchRL's ``MultiStepTransform`` for n-step returns) sees whole trajectories
+    per env row. The buffer is part of the checkpoint. "Train every k env steps" is
+    ``frames_per_batch = k * num_envs`` with ``utd_ratio = 1``.
+
+    Multi-agent envs (``env.num_agents = R``) share one buffer: a collected ``[B, T]`` batch is stored
+    as ``B * R`` rows of one agent's transitions each (:func:`pipelines.data.replay.split_agents`), so n-step
+    returns are computed per (env, agent) and a sampled transition is one agent's, with its ``agent_id``.
+
+    Args:
+        buffer_size: capacity in transitions (per rank; one agent's transition counts one).
+        batch_size: transitions per sampled batch.
+        utd_ratio: sampled batches (optimiser steps) per collected batch.
+        init_random_frames: random-action warm-up, in frames over all ranks.
+        storage: ``tensor`` (``LazyTensorStorage``, in memory) or ``memmap`` (``LazyMemmapStorage``, on disk
+            under ``scratch_dir``/rank<k>, for large buffers).
+        scratch_dir: folder of the memmap storage (a temporary folder when null).
+        prioritized: proportional prioritised replay (:class:`pipelines.data.replay.PrioritizedSampler`): after
+            each training step the sampled items get the priority the module wrote under ``td_error``
+            (the |TD error|); the loss weights items by ``priority_weight``.
+        priority_alpha, priority_beta: the priority and importance-weight exponents (Schaul et al. 2016).
+        (the rest as :class:`RLDataModule`)
+
+    Raises:
+        ValueError: a non-positive size, an unknown storage, or too few steps per batch for the module's
+            n-step transform (the message names the key).
+    """
+
+    def __init__(self, env: EnvConfig, num_envs: PositiveInt = 8, frames_per_batch: PositiveInt = 32,
+                 total_frames: PositiveInt = 100_000, buffer_size: PositiveInt = 100_000, batch_size: PositiveInt = 128,
+                 utd_ratio: PositiveInt = 1, init_random_frames: int = 1000,
+                 storage: Literal["tensor", "memmap"] = "tensor", scratch_dir: str | None = None,
+                 prioritized: bool = False, priority_alpha: float = 0.6, priority_beta: float = 0.4, seed: int = 0,
+                 device: str = "cpu", workers: int = 0, worker_timeout_s: PositiveFloat = 300.0) -> None:
+        super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device, workers, worker_timeout_s)
+        check(buffer_size >= num_envs, f"data.buffer_size={buffer_size} must be >= data.num_envs={num_envs}")
+        check(batch_size >= 1, f"data.batch_size must be >= 1, got {batch_size}")
+        check(utd_ratio >= 1, f"data.utd_ratio must be >= 1, got {utd_ratio}")
+        check(init_random_frames >= 0, f"data.init_random_frames must be >= 0, got {init_random_frames}")
+        check(storage in ("tensor", "memmap"), f"data.storage={storage!r} is not allowed: one of tensor, memmap")
+        check(priority_alpha >= 0 and 0 <= priority_beta <= 1, f"data.priority_alpha >= 0 and data.priority_beta "
+                                                               f"in [0, 1] required, got {priority_alpha}, {priority_beta}")
+        self.buffer_size = int(buffer_size)  # plain ints: the buffer's state (checkpoint) keeps them
+        self.batch_size = int(batch_size)
+        self.utd_ratio = int(utd_ratio)
+        self.init_random_frames = init_random_frames
+        self.storage = storage
+        self.scratch_dir = scratch_dir
+        self.prioritized = prioritized
+        self.priority_alpha, self.priority_beta = float(priority_alpha), float(priority_beta)
+        self.buffer: TensorDictReplayBuffer | None = None
+
+    def setup(self, stage: str) -> None:
+        super().setup(stage)
+        if self.buffer is None:
+            rows = self.num_envs * (self.num_agents or 1)
+            check(self.buffer_size >= rows, f"data.buffer_size={self.buffer_size} must be >= data.num_envs * "
+                                            f"env.num_agents = {rows} (one row per env and agent)")
+            module = self.trainer.lightning_module if self.trainer is not None else None
+            transform = module.replay_transform() if module is not None else None
+            steps, n_step = self.frames_per_batch // self.num_envs, getattr(transform, "n_steps", 0)
+            # the n-step transform holds n steps back; TorchRL 0.14's 2-D storage fails on 1-step slices
+            check(steps - n_step >= 2, f"data.frames_per_batch / data.num_envs = {steps} steps per env must be "
+                                       f">= model.n_step + 2 = {n_step + 2} (the buffer's n-step transform holds "
+                                       f"n steps back and TorchRL's 2-D storage needs slices of >= 2 steps)")
+            folder = None
+            if self.storage == "memmap":
+                folder = os.path.join(self.scratch_dir or tempfile.mkdtemp(prefix="replay_"), f"rank{self.rank}")
+            self.buffer = make_replay_buffer(self.buffer_size, rows, self.batch_size, self.storage, folder,
+                                             self.prioritized, self.priority_alpha, self.priority_beta, transform)
+
+    def clear_replay(self) -> None:
+        """Empty the replay buffer (e.g. at a curriculum phase whose data should not mix with the last one's)."""
+        self.buffer.empty()
+
+    def _collector_options(self) -> dict:
+        world = self.trainer.world_size
+        done = self.trainer.lightning_module.collected_frames
+        return {"init_random_frames": max(self.init_random_frames - done, 0) // world}
+
+    @property
+    def steps_per_batch(self) -> int:
+        return self.utd_ratio
+
+    def num_training_steps(self) -> int:
+        """Sampled batches of the whole run: collected batches after the warm-up times ``utd_ratio``."""
+        world = self.trainer.world_size if self.trainer is not None else 1
+        warmup = self.init_random_frames // (self.frames_per_batch * world)  # batches with frames <= warm-up
+        return max(self.num_batches - warmup, 0) * self.utd_ratio
+
+    def training_batches(self) -> Iterator[TensorDict]:
+        module = self.trainer.lightning_module
+        for batch in self.batches():
+            store(self.buffer, batch, module.replay_keys(), self.num_agents)
+            if module.collected_frames <= self.init_random_frames:
+                continue
+            for _ in range(self.utd_ratio):
+                sample = self.buffer.sample()
+                yield sample  # the generator resumes after the training step on it (no fetch-ahead)
+                if self.prioritized:
+                    update_priorities(self.buffer, sample)
+
+    def state_dict(self) -> dict:
+        """The base state (env stream) plus the replay buffer's contents."""
+        state = super().state_dict()
+        if self.buffer is not None:
+            state["replay_buffer"] = self.buffer.state_dict()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        if "replay_buffer" in state_dict:
+            self.buffer.load_state_dict(state_dict["replay_buffer"])

@@ -1,0 +1,30 @@
+"""A test callback for the fault tests: once the run has written a checkpoint, it records the learner's and
+the rollout workers' process ids (and then raises, when asked to, as a learner fault)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import lightning as L
+
+
+class FaultProbe(L.Callback):
+    """At optimiser step ``at_step`` (after the checkpoint of an earlier step exists), write ``{learner, workers}``
+    pids to ``out_file``; with ``raise_error``, raise ``RuntimeError("injected learner fault")`` there instead
+    of going on."""
+
+    def __init__(self, out_file: str, at_step: int = 4, raise_error: bool = False) -> None:
+        self.out_file = out_file
+        self.at_step = at_step
+        self.raise_error = raise_error
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step != self.at_step or os.path.exists(self.out_file):
+            return
+        pids = {"learner": os.getpid(), "workers": list(trainer.datamodule.collector().pids)}
+        with open(self.out_file + ".tmp", "w") as f:
+            json.dump(pids, f)
+        os.replace(self.out_file + ".tmp", self.out_file)
+        if self.raise_error:
+            raise RuntimeError("injected learner fault")

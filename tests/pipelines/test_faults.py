@@ -1,0 +1,136 @@
+"""Faults with rollout workers end the run, never hang it: a worker killed or stopped, an error in the learner,
+SIGINT or SIGTERM to the learner alone. Each run is a subprocess with its own time limit; each stops within
+30 s of the fault (or of ``data.worker_timeout_s``) with a non-zero exit status and an error naming the worker
+or the signal, its checkpoints intact, and no worker process or shared-memory file left behind (also when the
+learner itself is killed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.pipelines.conftest import REPO
+
+VACUUM = str(REPO / "configs" / "vacuum.yaml")
+SMALL = {"grid_size": 4, "num_robots": 2, "energy": [100, 100], "chargers": [], "max_steps": 10}
+STOP_WITHIN_S = 30.0
+STARTUP_LIMIT_S = 180.0
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live (not zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _shm_files(pids: list[int]) -> set[str]:
+    """The shared-memory files (``/dev/shm``) the processes map or hold open (queues' semaphores, shared tensors)."""
+    found = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                found.update(line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6)
+            found.update(os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            continue
+    return {path for path in found if path.startswith("/dev/shm/") and not path.endswith("(deleted)")}
+
+
+def _run_with_fault(tmp_path, fault, *extra: str, raise_error: bool = False):
+    """Start a worker run, wait until it has a checkpoint, inject ``fault(pids)``; check that no worker process and
+    no shared-memory file of the run outlives it; returns (exit status, stderr, seconds from the fault to the
+    exit, pids, checkpoint folder). The run is killed if it outlives its limits."""
+    ready = tmp_path / "pids.json"
+    env = json.dumps({"class_path": "envs.vacuum.VacuumConfig", "init_args": SMALL})
+    probe = json.dumps({"class_path": "tests.pipelines.fault_probe.FaultProbe",
+                        "init_args": {"out_file": str(ready), "raise_error": raise_error}})
+    command = [sys.executable, "-m", "pipelines.fit", "--config", VACUUM, f"--data.init_args.env={env}",
+               "--model.init_args.network.init_args.num_agents=2", "--data.init_args.workers=2",
+               "--data.init_args.total_frames=100000000", "--data.init_args.init_random_frames=64",
+               "--trainer.enable_progress_bar=false", f"--trainer.logger.init_args.save_dir={tmp_path}",
+               "--trainer.callbacks=[]", "--trainer.callbacks+=callbacks.ModelCheckpoint",
+               "--trainer.callbacks.every_n_train_steps=2", "--trainer.callbacks.save_last=true",
+               f"--trainer.callbacks+={probe}", *extra]
+    proc = subprocess.Popen(command, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        start = time.monotonic()
+        while not ready.exists():
+            assert proc.poll() is None, f"the run ended before the fault: {proc.communicate()[1][-3000:]}"
+            assert time.monotonic() - start < STARTUP_LIMIT_S, "the run never reached its first checkpoint"
+            time.sleep(0.2)
+        pids = json.loads(ready.read_text())
+        shm = _shm_files([pids["learner"], *pids["workers"]])
+        fault(pids)
+        faulted = time.monotonic()
+        try:
+            _, stderr = proc.communicate(timeout=STOP_WITHIN_S + 30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the run did not stop within {STOP_WITHIN_S + 30:.0f} s of the fault")
+        elapsed = time.monotonic() - faulted
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deadline = time.monotonic() + 10  # orphaned workers notice the learner's end; its resource tracker unlinks
+    while (any(_alive(pid) for pid in pids["workers"]) or any(map(os.path.exists, shm))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in pids["workers"]), "a worker process outlived the run"
+    assert not [path for path in shm if os.path.exists(path)], "shared-memory files left behind"
+    folder = tmp_path / "vacuum" / "version_0" / "checkpoints"
+    return proc.returncode, stderr, elapsed, pids, folder
+
+
+def _checkpoints_intact(folder) -> None:
+    files = sorted(folder.glob("*.ckpt"))
+    assert files, "no checkpoint was written"
+    for path in files:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        assert state["rl_state"]["collected_frames"] > 0 and state["state_dict"], path
+
+
+def test_a_killed_worker_stops_the_run(tmp_path):
+    status, stderr, elapsed, pids, folder = _run_with_fault(
+        tmp_path, lambda pids: os.kill(pids["workers"][1], signal.SIGKILL))
+    assert status != 0 and elapsed < STOP_WITHIN_S
+    assert f"rollout worker 1 (pid {pids['workers'][1]}, exit code -9) died" in stderr, stderr[-3000:]
+    _checkpoints_intact(folder)
+
+
+def test_a_stopped_worker_stops_the_run_after_the_worker_timeout(tmp_path):
+    status, stderr, elapsed, pids, folder = _run_with_fault(
+        tmp_path, lambda pids: os.kill(pids["workers"][0], signal.SIGSTOP), "--data.init_args.worker_timeout_s=5")
+    assert status != 0 and 5 <= elapsed < 5 + STOP_WITHIN_S
+    assert f"rollout workers 0 (pid {pids['workers'][0]}, stopped) gave no batch within data.worker_timeout_s=5 s" \
+        in stderr, stderr[-3000:]
+    _checkpoints_intact(folder)
+
+
+def test_an_error_in_the_learner_stops_the_workers(tmp_path):
+    status, stderr, elapsed, pids, folder = _run_with_fault(tmp_path, lambda pids: None, raise_error=True)
+    assert status != 0 and elapsed < STOP_WITHIN_S
+    assert "RuntimeError: injected learner fault" in stderr, stderr[-3000:]
+    _checkpoints_intact(folder)
+
+
+def test_a_killed_learner_leaves_no_worker_or_file_behind(tmp_path):
+    status, _, elapsed, pids, folder = _run_with_fault(tmp_path, lambda pids: os.kill(pids["learner"], signal.SIGKILL))
+    assert status == -signal.SIGKILL and elapsed < STOP_WITHIN_S  # the workers' and files' checks are in the helper
+    _checkpoints_intact(folder)
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_the_learner_stops_the_run(tmp_path, signum, status):
+    got, stderr, elapsed, pids, folder = _run_with_fault(tmp_path, lambda pids: os.kill(pids["learner"], signum))
+    assert got == status and elapsed < STOP_WITHIN_S, (got, elapsed, stderr[-3000:])
+    assert f"training stopped by {signal.Signals(signum).name}" in stderr, stderr[-3000:]
+    _checkpoints_intact(folder)
