@@ -11,8 +11,6 @@ from torchrl.envs import EnvBase
 
 from envs.episodes import UniformRandomPolicy
 
-Policy = Callable  # reads an observation TensorDict [B], writes ``action``
-
 
 def require(ok: bool, key: str, value: object, allowed: str) -> None:
     """A config check: unless ``ok``, raise ``ValueError("env.<key>=<value> is not allowed: <allowed>")``.
@@ -60,10 +58,10 @@ class EnvConfig(ABC):
         """
         raise ValueError(f"{type(self).__name__} takes no learned model {name!r}")
 
-    def baseline_policies(self) -> dict[str, Callable[[EnvBase, int], Policy]]:
+    def baseline_policies(self) -> dict[str, Callable[[EnvBase, int], Callable]]:
         """Reference policies ``pipelines.evaluate`` plays beside a trained one, on the same episodes:
-        ``{name: make(env, seed)}`` (``env`` as built by ``make_env``). Default: ``random``, uniform over the
-        allowed actions."""
+        ``{name: make(env, seed)}`` (``env`` as built by ``make_env``; the policy reads an observation
+        TensorDict ``[B]`` and writes ``action``). Default: ``random``, uniform over the allowed actions."""
         return {"random": lambda env, seed: UniformRandomPolicy(env.action_spec_unbatched)}
 
     def reference_cost(self, episode: dict, seconds: float) -> float | None:

@@ -121,7 +121,9 @@ def _print_table(results: dict[str, dict], rows: dict[str, dict], mine: str, gap
     """The human-readable table: return, every other column, the paired difference to ``mine``, the gap."""
     width = max(12, *(len(p) for p in rows))
     columns = [k for k in next(iter(rows.values())) if k not in ("mean_return", "return_se")]
-    print(f"{'policy':{width}s} {'return':>17s} " + " ".join(f"{c:>12.12s}" for c in columns)
+    labels = {c: c.removeprefix("mean_") for c in columns}
+    widths = {c: max(9, len(labels[c])) for c in columns}
+    print(f"{'policy':{width}s} {'return':>17s} " + " ".join(f"{labels[c]:>{widths[c]}s}" for c in columns)
           + f" {mine + ' - row':>16s}" + ("  gap to PyVRP" if gaps else ""))
     n, reference = results[mine]["episode_return"].numel(), results[mine]["episode_return"]
     for policy, row in rows.items():
@@ -129,7 +131,7 @@ def _print_table(results: dict[str, dict], rows: dict[str, dict], mine: str, gap
         paired = "" if policy == mine else f"{diff.mean().item():+8.2f} ± {(diff.std() / math.sqrt(n)).item():5.2f}"
         gap = f"  {100 * gaps[policy]:+.1f}%" if policy in gaps else ""
         print(f"{policy:{width}s} {row['mean_return']:9.2f} ± {row['return_se']:5.2f} "
-              + " ".join(f"{row[c]:12.3f}" for c in columns) + f" {paired:>16s}{gap}")
+              + " ".join(f"{row[c]:{widths[c]}.3f}" for c in columns) + f" {paired:>16s}{gap}")
 
 
 def main(argv: list[str] | None = None) -> dict:
