@@ -6,16 +6,22 @@ config is saved next to the logs. ``num_threads`` and ``float32_matmul_precision
 once, before anything is built.
 
 A run that stops early ends with a non-zero exit status and its rollout workers stopped: 130 after
-SIGINT (Ctrl+C), 143 after SIGTERM (Lightning stops at the next batch), 1 after an error (a worker
-that died or stalled names itself in the error). Checkpoints written before are kept intact.
+SIGINT (Ctrl+C: training stops at the next step boundary; a second Ctrl+C stops it at once), 143 after
+SIGTERM (at the next step boundary), 1 after an error (a worker that died or stalled names itself in the
+error). A signal arms a last-resort deadline: a run still alive :data:`STOP_GRACE_S` seconds after it
+(e.g. inside one very long collection) prints every thread's stack and exits with status 1. Checkpoints
+written before are kept intact (Lightning writes them to a temporary file and renames it).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
+import threading
 import warnings
+from functools import partial
 
 # One torch thread is the measured default on shared 2-core machines; with more, OpenMP threads must
 # not spin-wait while another process computes (matrix products slowed down up to 50x).
@@ -27,7 +33,9 @@ from lightning.pytorch.trainer.states import TrainerStatus  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 
 from modules.base import RLModule  # noqa: E402
-from pipelines.data import RLDataModule  # noqa: E402
+from pipelines.data import RLDataModule, StopRequested  # noqa: E402
+
+STOP_GRACE_S = 30  # seconds from a stop signal to the forced exit, if the run has not ended by then
 
 # Checkpoints hold the weights after the optimiser step, which is what resuming needs.
 warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
@@ -56,25 +64,47 @@ def main(args: list[str] | None = None) -> FitCLI:
     """
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                  save_config_kwargs={"overwrite": True}, args=args, auto_configure_optimizers=False)
+    in_main_thread = threading.current_thread() is threading.main_thread()  # (signal handlers need it)
+    previous = {}
+    if in_main_thread:  # Lightning adds its own SIGTERM handler to this one at fit start
+        previous = {s: signal.signal(s, partial(_on_stop_signal, cli.datamodule)) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
-    except SIGTERMException:
-        _stopped(cli, "SIGTERM", 128 + signal.SIGTERM)
-    except SystemExit as stop:  # Lightning's answer to KeyboardInterrupt (SIGINT): sys.exit(1) after its teardown
+    except StopRequested as stop:
+        _stopped(cli, stop.signal_name)
+    except SIGTERMException:  # Lightning's own check, at the end of a training step
+        _stopped(cli, "SIGTERM")
+    except SystemExit as stop:  # Lightning's answer to KeyboardInterrupt (a second SIGINT): sys.exit(1)
         if cli.trainer.state.status == TrainerStatus.INTERRUPTED:
-            _stopped(cli, "SIGINT", 128 + signal.SIGINT)
+            _stopped(cli, "SIGINT")
         raise stop
     finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         cli.datamodule.shutdown_collector()  # no worker may outlive the run, whatever ended it
     return cli
 
 
-def _stopped(cli: FitCLI, signal_name: str, status: int) -> None:
-    """Say why the run stopped and where its checkpoints are, then exit with ``status``."""
+def _on_stop_signal(data: RLDataModule, signum: int, frame) -> None:
+    """SIGINT or SIGTERM: ask training to stop at the next step boundary (nothing is interrupted midway, so no
+    library is left holding a lock), and arm the :data:`STOP_GRACE_S` deadline; a second SIGINT interrupts at
+    once. (It writes with ``os.write``: a print could re-enter a stream the interrupted code is writing to.)"""
+    name = signal.Signals(signum).name
+    if data.stop_request is not None:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        return
+    data.request_stop(name)
+    faulthandler.dump_traceback_later(STOP_GRACE_S, exit=True)
+    os.write(2, f"{name}: training stops after the current step (Ctrl+C again to stop at once)\n".encode())
+
+
+def _stopped(cli: FitCLI, signal_name: str) -> None:
+    """Say why the run stopped and where its checkpoints are, then exit with 128 + the signal's number."""
     folder = getattr(cli.trainer.checkpoint_callback, "dirpath", None)
     print(f"training stopped by {signal_name} at {cli.model.collected_frames} frames, optimiser step "
           f"{cli.trainer.global_step}; checkpoints written before are in {folder}", file=sys.stderr, flush=True)
-    raise SystemExit(status)
+    raise SystemExit(128 + signal.Signals[signal_name])
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ Callbacks act on the training envs through the named methods :meth:`RLDataModule
 :meth:`~RLDataModule.update_embedding` (:mod:`pipelines.data.env_control`).
 """
 
-from pipelines.data.base import RLDataModule
+from pipelines.data.base import RLDataModule, StopRequested
 from pipelines.data.off_policy import OffPolicyDataModule
 from pipelines.data.on_policy import OnPolicyDataModule
 
-__all__ = ["OffPolicyDataModule", "OnPolicyDataModule", "RLDataModule"]
+__all__ = ["OffPolicyDataModule", "OnPolicyDataModule", "RLDataModule", "StopRequested"]

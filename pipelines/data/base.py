@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import lightning as L
 import torch
 from jsonargparse.typing import PositiveFloat, PositiveInt
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from tensordict import TensorDict
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
@@ -18,6 +17,15 @@ from envs import EnvConfig, EnvSpecs, make_env, unwrap
 from pipelines.checkpoints import attach_env_models
 from pipelines.data.collectors import WorkerCollector, local_collector
 from pipelines.data.env_control import EnvControl, resolve
+
+
+class StopRequested(Exception):
+    """Training stops early at a step boundary because of a signal (SIGINT, SIGTERM); ``pipelines.fit`` turns
+    it into a non-zero exit status."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(f"training stopped by {signal_name}")
+        self.signal_name = signal_name
 
 
 def check(ok: bool, message: str) -> None:
@@ -75,6 +83,7 @@ class RLDataModule(L.LightningDataModule):
         self.env: EnvBase | None = None
         self.control: EnvControl | None = None
         self.self_play: bool | None = None  # None: no callbacks.SelfPlay in the run (see set_self_play)
+        self.stop_request: str | None = None  # the signal that asked training to stop (request_stop)
         self._collector: Iterator | None = None
 
     # ------------------------------------------------------------------ envs
@@ -229,17 +238,32 @@ class RLDataModule(L.LightningDataModule):
             base.load_resume_state(state_dict["env_rng"], keep_row_seeds=True)  # rank 0's state, this rank's rows
 
     # ------------------------------------------------------------------ stream
+    def request_stop(self, signal_name: str) -> None:
+        """Stop training at the next step boundary (a signal handler's call: nothing is interrupted midway, so
+        no library is left holding a lock or half a state)."""
+        self.stop_request = signal_name
+
+    def check_stop(self) -> None:
+        """Called by the stream before every collection and every training step.
+
+        Raises:
+            StopRequested: :meth:`request_stop` was called, or the trainer received SIGTERM.
+        """
+        if self.stop_request is not None:
+            raise StopRequested(self.stop_request)
+        if self.trainer is not None and self.trainer.received_sigterm:
+            raise StopRequested("SIGTERM")
+
     def batches(self) -> Iterator[TensorDict]:
         """Collected batches, processed by the module, until the budget is met; then the trainer is told to stop.
 
         Raises:
-            SIGTERMException: the trainer received SIGTERM (checked between batches, also before training starts).
+            StopRequested: a signal asked training to stop (see :meth:`check_stop`).
         """
         module = self.trainer.lightning_module
         iterator = iter(self.collector())
         while module.collected_frames < self.total_frames:
-            if self.trainer.received_sigterm:
-                raise SIGTERMException()
+            self.check_stop()
             batch = next(iterator)
             for callback in self.trainer.callbacks:
                 hook = getattr(callback, "on_batch_collected", None)

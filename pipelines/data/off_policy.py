@@ -119,6 +119,7 @@ class OffPolicyDataModule(RLDataModule):
             if module.collected_frames <= self.init_random_frames:
                 continue
             for _ in range(self.utd_ratio):
+                self.check_stop()
                 sample = self.buffer.sample()
                 yield sample  # the generator resumes after the training step on it (no fetch-ahead)
                 if self.prioritized:

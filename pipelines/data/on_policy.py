@@ -42,4 +42,5 @@ class OnPolicyDataModule(RLDataModule):
         for batch in self.batches():
             for _ in range(self.ppo_epochs):
                 for index in torch.randperm(batch.numel()).split(self.mini_batch_size):
+                    self.check_stop()
                     yield batch[index]
