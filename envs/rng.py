@@ -50,6 +50,18 @@ def uniform(key: Tensor, stream: int, shape: tuple[int, ...], dtype: torch.dtype
     return u.reshape(key.shape[0], *shape)
 
 
+def uniform_at(key: Tensor, stream: int, counter: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """One uniform draw in (0, 1) per row at a per-row position (e.g. the step index) of a stream: ``[R]``.
+
+    Args:
+        key: int64 ``[R]`` episode keys from :func:`episode_keys`.
+        stream: a small integer naming the quantity drawn.
+        counter: int64 ``[R]``, the position of each row's draw in the stream (below ``2**20``).
+    """
+    h = hash32(key ^ hash32(counter + ((stream << 20) + _GOLDEN)))
+    return ((h >> 8).to(dtype) + 0.5) * (1.0 / (1 << 24))
+
+
 def normal(key: Tensor, stream: int, shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> Tensor:
     """Standard normal draws ``[R, *shape]`` by Box-Muller (two uniform streams)."""
     u1 = uniform(key, stream, shape, dtype)

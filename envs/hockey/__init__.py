@@ -6,40 +6,45 @@ scales, speed limits, damping, ``MAX_TIME_KEEP_PUCK`` holding rule, modes, rewar
 mirrored opponent observation (``obs_agent_two``), discrete action map and scripted ``BasicOpponent`` controller.
 The package: :mod:`~envs.hockey.constants` (the original's constants, the discrete action table),
 :mod:`~envs.hockey.opponents` (the batched scripted controller :func:`basic_opponent_action`, :class:`BasicOpponent`),
-:mod:`~envs.hockey.config` (:class:`HockeyConfig`, the ``env:`` section of a run's YAML), :mod:`~envs.hockey.env`
-(:class:`HockeyEnv`, ``batch_size=[B]``) and :mod:`~envs.hockey.render` (frame strips of a game).
+:mod:`~envs.hockey.rackets` (how the rackets move), :mod:`~envs.hockey.contact` (the racket polygon, the swept
+puck-racket test and Box2D's impulse), :mod:`~envs.hockey.config` (:class:`HockeyConfig`, the ``env:`` section of a
+run's YAML), :mod:`~envs.hockey.env` (:class:`HockeyEnv`, ``batch_size=[B]``) and :mod:`~envs.hockey.render`
+(frame strips of a game).
 
 Units: metres (the original's pixels / ``SCALE`` = 60), seconds, one env step = ``DT`` = 1/50 s. Coordinates
 are centred on the table: x from the agent's (player 1's, left) goal to the opponent's (right) goal, y up.
 
-What is simplified against Box2D (the original):
-    * Shapes: the paddles are circles of radius ``PLAYER_RADIUS`` = 0.3 m around the body origin (the original's
-      racket is a 0.52 x 0.8 m heptagon whose flat face is 0.1 m ahead of the origin), the puck a circle of
-      ``PUCK_RADIUS`` = 13/60 m as in the original. A paddle's angle therefore only sets the shooting direction.
-    * Integration: one explicit step per env step with Box2D's order (velocity += force, then damping
-      ``v /= 1 + DT * damping``, then position += ``DT`` v); no iterative contact solver.
-    * Paddle vs puck: one impulse along the contact normal with restitution ``RESTITUTION`` = 0.95 (Box2D mixes
-      the puck's 0.95 and the paddle's 0 to 0.95 too), the paddle counted as infinitely heavy (58 kg against
-      1.03 kg: the paddle's velocity change is under 2 % in the original); no friction, no spin. Contact is
-      tested on the puck's swept path relative to the paddle (so a 60 m/s shot cannot tunnel through a paddle)
-      and the puck is put back on the paddle's rim. Paddles do not collide with each other (the centre zone
-      keeps them more than a metre apart).
-    * Walls: the puck bounces off the long walls and the end walls outside the goal mouth by reflection, normal
-      velocity times -0.95, tangential kept. Goal posts are not modelled (the end wall is open for ``|y| <
-      GOAL_HALF_WIDTH``).
-    * Paddle limits: the original's soft braking at the centre zone and at its ``_check_boundaries`` lines is a
-      hard clamp of the position to the same box (x in [-3.5, -0.5] in the player's own frame, |y| <= 2.8), with
-      the velocity component into the limit zeroed; the original's speed-dependent damping (5, or 20 above
-      10 m/s) is damping 5 plus a speed cap of ``MAX_PLAYER_SPEED`` = 10 m/s; the angle is clamped to
-      ``MAX_ANGLE`` (the original pulls it back with a spring) with angular damping 2.
-    * Holding: a held puck sits on the holder's rim in its facing direction (the original puts it on the body
-      origin, inside the racket) and moves with the holder; a shot adds ``SHOT_SPEED`` = 60 m/s in the facing
-      direction, which is what the original's ``SHOOTFORCEMULTIPLIER`` force gives in one Box2D step.
-    * BasicOpponent: its phase (the racket's wobble) advances by 0.1 rad per step, the mean of the original's
-      ``uniform(0, 0.2)`` draw; the initial phase is drawn per episode from the row's seed.
-    * NORMAL mode alternates the side the puck starts on by episode index (even: the agent's side), as the
-      original alternates ``one_starts``; the TRAIN_DEFENSE shot starts with its full 60 m/s velocity in the reset
-      observation (the original applies the force during the first step).
+What is reproduced from Box2D 2.3.10 as the original runs it (each checked against the original by playing both
+from the same states, ``benchmarks/hockey_fidelity.py`` for the whole game):
+    * Shapes: the racket is the original's polygon (``RACKET_VERTICES``, 0.8 m tall, flat face 0.1 m ahead of
+      the origin, pointed back) plus Box2D's 0.01 m skin; the puck a disc of 13/60 m, 1.03 kg.
+    * Rackets (:mod:`~envs.hockey.rackets`): forces, the speed rule (damping 5, or 20 with the force only
+      slowing it at 10 m/s and above), the centre-zone spring, ``_check_boundaries``, the angle spring beyond
+      pi/3, Box2D's damping ``v *= 1 - DT * c`` (pybox2d 2.3.10, not ``1 / (1 + DT * c)``) and turning about the
+      centroid (0.122 m behind the origin). Under the same actions a racket's state matches the original's to
+      3 decimals over 150 steps, until it touches a wall.
+    * Contacts (:mod:`~envs.hockey.contact`): Box2D's impulse for one contact point, solved exactly: restitution
+      0.95 (0 below 1 m/s), friction sqrt(0.1 * 1.0) against rackets and 0.1 against walls, the racket's mass
+      and inertia (a caught 48 m/s shot pushes it back by 1.5 m/s), the puck's spin (friction spins it and
+      its rim rubs at later contacts: bank shots depend on it). As in Box2D a new contact starts one step after
+      the puck reaches a racket, and the catch reads the puck's velocity at the step's start. A held puck is
+      pinned to the racket's velocity at the step's start and then hit by the racket's change of velocity.
+    * The scripted ``BasicOpponent``, with the original's random wobble (phase uniform in [0, pi), then
+      + uniform(0, 0.2) per step), drawn per row from the row's seed.
+
+What is simplified, with its measured effect (W / D / L points in the six matchups of 1,000 games each of
+``benchmarks/hockey_fidelity.py``, against the original's figures from 3,000 games):
+    * Contact in continuous time (``contact: swept``, the default): the puck stops on the racket where its path
+      first touches it, so it can never pass through one. Box2D tests dynamic bodies only at the end of each
+      step: a fast puck's centre gets into the racket before the contact, and past its thin parts about once
+      per 25 touches. ``contact: discrete`` reproduces that test; the two differ by at most 2.5 points.
+    * Rackets do not collide with each other (the centre zone keeps them apart) and stop at the walls by a
+      clamp (no torque from the wall); the end walls' slanted tips at the goal mouth are not modelled (a puck
+      whose centre is within 1.25 m of the axis passes the end wall, as the goal sensor's width).
+    * One racket contact per step, resolved before the walls.
+    * The original never resets its holding counters at a reset: a game that ends with a player holding the
+      puck starts the next one with the puck teleported to that player. This env starts every game fresh
+      (the original played with counters reset is the reference of ``benchmarks/hockey_fidelity.py``).
 """
 
 from envs.hockey.config import HockeyConfig

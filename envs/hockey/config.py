@@ -7,7 +7,7 @@ import math
 import torch
 
 from envs.config import EnvConfig, require
-from envs.hockey.constants import MODES, OPPONENTS, Mode, Opponent
+from envs.hockey.constants import CONTACTS, MODES, OPPONENTS, Mode, Opponent
 from envs.hockey.env import HockeyEnv
 
 
@@ -24,6 +24,10 @@ class HockeyConfig(EnvConfig):
         discrete_actions: the agent's ``action`` is an int64 in ``[0, 8)`` (see :data:`DISCRETE_ACTIONS`,
             for DQN) instead of 4 floats in ``[-1, 1]``.
         keep_mode: a paddle that touches the puck holds it (the original's ``keep_mode``).
+        contact: how a puck is found to touch a racket: ``swept`` (its path over the step is tested, so it never
+            passes through a racket) or ``discrete`` (Box2D's test in the original: only where it ends the
+            step; a fast puck can pass through a racket's corner). Kept to measure what the difference does
+            (``benchmarks/hockey_fidelity.py``); train with ``swept``.
         max_steps: episode length limit in NORMAL mode (env steps; the episode is truncated as a draw there).
         max_steps_train: episode length limit in TRAIN_SHOOTING and TRAIN_DEFENSE (env steps).
         r_win: reward for a win (and minus it for a loss), >= 0.
@@ -47,6 +51,7 @@ class HockeyConfig(EnvConfig):
         opponent: Opponent = "weak",
         discrete_actions: bool = False,
         keep_mode: bool = True,
+        contact: str = "swept",
         max_steps: int = 250,
         max_steps_train: int = 80,
         r_win: float = 10.0,
@@ -59,6 +64,7 @@ class HockeyConfig(EnvConfig):
                  f"one of {list(OPPONENTS[:3])} (a learned 'policy' opponent is set on the env: set_opponent_policy)")
         require(isinstance(discrete_actions, bool), "discrete_actions", discrete_actions, "true or false")
         require(isinstance(keep_mode, bool), "keep_mode", keep_mode, "true or false")
+        require(contact in CONTACTS, "contact", contact, f"one of {list(CONTACTS)}")
         require(isinstance(max_steps, int) and max_steps >= 1, "max_steps", max_steps, "an integer >= 1")
         require(isinstance(max_steps_train, int) and max_steps_train >= 1, "max_steps_train", max_steps_train,
                  "an integer >= 1")
@@ -70,6 +76,7 @@ class HockeyConfig(EnvConfig):
         self.opponent = opponent
         self.discrete_actions = discrete_actions
         self.keep_mode = keep_mode
+        self.contact = contact
         self.max_steps = max_steps
         self.max_steps_train = max_steps_train
         self.r_win = float(r_win)

@@ -16,16 +16,13 @@ from envs import rng
 from envs.config import require
 from envs.hockey.constants import (
     ACTION_SIZE,
-    ANGULAR_DAMPING,
     CLOSENESS_PER_METRE_STEP,
-    CONTACT_DISTANCE,
     DISCRETE_ACTIONS,
     DT,
     FORCE_MULTIPLIER,
     GOAL_HALF_WIDTH,
     GOAL_X,
-    MAX_ANGLE,
-    MAX_PLAYER_SPEED,
+    HOLD_OFFSET,
     MAX_PUCK_SPEED,
     MAX_TIME_KEEP_PUCK,
     MIRROR_INDEX,
@@ -37,28 +34,31 @@ from envs.hockey.constants import (
     OBSERVATION_SIZE,
     OPPONENT_GAINS,
     OPPONENTS,
-    PLAYER_DAMPING,
-    PLAYER_INERTIA,
+    PHASE_STEP_MAX,
+    PLAYER_CENTROID_BEHIND,
     PLAYER_MASS,
     PLAYER_START,
-    PLAYER_X_LIMITS,
-    PLAYER_Y_LIMIT,
     POLICY,
     PUCK_DAMPING,
     PUCK_DAMPING_FAST,
+    PUCK_RADIUS,
     PUCK_X_LIMIT,
     PUCK_Y_LIMIT,
     REPORT_KEYS,
+    RACKET_VERTICES,
     RESTITUTION,
+    RESTITUTION_THRESHOLD,
+    FRICTION_WALL,
     SHOT_SPEED,
-    TORQUE_MULTIPLIER,
     TRAIN_DEFENSE,
-    ZONE,
     Mode,
     OpponentPolicy,
+    damping_factor,
     discrete_to_continuous,
 )
+from envs.hockey.contact import impulse, sweep
 from envs.hockey.opponents import scripted_rows
+from envs.hockey.rackets import move_rackets
 from envs.hockey.render import render_game as draw_game
 from envs.seeding import RowSeededEnv
 
@@ -66,18 +66,28 @@ if TYPE_CHECKING:
     from envs.hockey.config import HockeyConfig
 
 _U_PLAYER2_X, _U_PLAYER2_Y, _U_PUCK_X, _U_PUCK_Y, _U_SHOT_Y, _U_PHASE = range(6)
-_RESET_STREAM = 0
+_RESET_STREAM, _PHASE_STREAM = 0, 1
+_FRONT_FROM_CENTROID = RACKET_VERTICES[4][0] + PLAYER_CENTROID_BEHIND  # the front face ahead of the centroid
 
 
-def _bounce(position: Tensor, velocity: Tensor, limit: Tensor | float) -> tuple[Tensor, Tensor]:
-    """Reflect a puck coordinate ``[B]`` that is past ``+-limit`` back inside, and its velocity, with restitution:
-    ``position -> sign * (limit - e * overshoot)``, ``velocity -> -sign * e * |velocity|``."""
+def _bounce(position: Tensor, velocity: Tensor, across: Tensor, spin: Tensor, limit: Tensor | float,
+            turn: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Reflect a puck coordinate ``[B]`` that is past ``+-limit`` back inside: ``position -> sign * (limit - e *
+    overshoot)``, ``velocity -> -sign * e * |velocity|`` (``e`` = ``RESTITUTION``, 0 below
+    ``RESTITUTION_THRESHOLD``); Box2D's friction impulse (``FRICTION_WALL``, at most stopping the sliding of the
+    puck's rim on the wall) changes the velocity ``across`` (along the wall) and the puck's ``spin`` (rad/s).
+    ``turn``: +1 for the end walls (x), -1 for the long walls (y): the sign of the rim's speed ``spin *
+    PUCK_RADIUS`` along the wall at the wall of positive ``position``."""
     over = position.abs() - limit
     hit = (over > 0).float()
     sign = position.sign() * hit
     keep = 1.0 - hit
-    return (position * keep + sign * (limit - RESTITUTION * over),
-            velocity * keep - sign * (RESTITUTION * velocity.abs()))
+    speed = velocity.abs()
+    e = RESTITUTION * (speed > RESTITUTION_THRESHOLD).float()
+    slide = across + spin * (PUCK_RADIUS * turn) * sign
+    rub = -torch.minimum(slide.abs() / 3.0, FRICTION_WALL * (1.0 + e) * speed) * slide.sign() * hit
+    return (position * keep + sign * (limit - e * over), velocity * keep - sign * (e * speed), across + rub,
+            spin + rub * (2.0 * turn / PUCK_RADIUS) * sign)
 
 
 class HockeyEnv(RowSeededEnv):
@@ -103,22 +113,23 @@ class HockeyEnv(RowSeededEnv):
           ``loss``, ``draw`` (0/1; ``draw`` = no goal, meaningful at the episode's end) and ``steps`` (steps of
           the episode so far), each ``[B, 1]``. Averaged over finished episodes they give win / loss / draw rates.
 
-    Rules of a step:
+    Rules of a step (the original's, see :mod:`envs.hockey` for how closely):
         1. Player 2's action comes from its row's opponent, from ``observation_opponent`` of the previous step:
            ``static`` (zeros), ``weak`` / ``strong`` (:func:`basic_opponent_action`), ``policy`` (the callable of
            :meth:`set_opponent_policy`, on the rows that use it). Its forces act mirrored in the world.
-        2. Paddles: velocity += DT * action * 6000 / 58 kg, damped by 1 / (1 + DT * 5), capped at 10 m/s; position
-           += DT * velocity, clamped to the player's box; the same for the angle (torque 400, inertia 3.71,
-           angular damping 2, clamped to +-pi/3).
+        2. Rackets move (:func:`~envs.hockey.rackets.move_rackets`): force 6000 * action on 58 kg, the speed rule,
+           the centre-zone spring, the boundary rule, torque 400 * action, the angle spring beyond pi/3.
         3. Holding (``keep_mode``): a held puck's counter drops by 1; at 1, or when the holder's shoot > 0.5, the
-           puck is shot (velocity = the holder's + 60 m/s in its facing direction, counter 0); otherwise it sits on
-           the holder's rim in its facing direction with the holder's velocity. A free puck is damped (0.05, or 10
-           when faster than 25 m/s at the start of the step) and moves.
-        4. A paddle whose rim the puck's (relative) path crosses while they approach bounces it (restitution
-           0.95); if nobody holds the puck and it moves towards the paddle's opponent at under 0.1 m/s
-           (``vx < 0.1`` for player 1, ``vx > -0.1`` for player 2), the paddle catches it: counter 15
-           (``MAX_TIME_KEEP_PUCK``), so it is held for 14 steps at most.
-        5. The puck bounces off the walls (normal velocity times -0.95); in the goal mouth (``|y| < 1.25``) past
+           puck is shot from the racket's origin (60 m/s in the facing direction on top of the racket's velocity,
+           counter 0); otherwise it sits on the racket's face (``HOLD_OFFSET`` ahead), pinned to the racket's
+           velocity at the step's start and pushed by its change. A free puck is damped (0.05, or 10 when faster
+           than 25 m/s at the step's start) and moves.
+        4. Racket contact (:mod:`~envs.hockey.contact`): a puck whose path reaches a racket stops on it; the next
+           step is the contact: if nobody holds the puck and it moved towards the racket's goal at the step's
+           start (``vx < 0.1`` for player 1, ``vx > -0.1`` for player 2) the racket catches it (counter 15,
+           ``MAX_TIME_KEEP_PUCK``: held for 14 steps at most), and if they approach, Box2D's impulse
+           (restitution, friction, spin) acts on both.
+        5. The puck bounces off the walls (restitution and friction); in the goal mouth (``|y| < 1.25``) past
            ``|x| = 3.867`` it is a goal: +1 for player 1 at x > 0.
 
     Reward:
@@ -145,7 +156,9 @@ class HockeyEnv(RowSeededEnv):
 
     State (read it, don't write it; :meth:`force_state` sets it), feature-major with the batch innermost (the
     fast layout for elementwise kernels on CPU): ``players`` ``[6, 2, B]`` (x, y, angle, vx, vy, omega of players
-    1 and 2, world frame), ``puck`` ``[4, B]`` (x, y, vx, vy), ``hold`` ``[2, B]`` (steps left holding the puck),
+    1 and 2, world frame), ``puck`` ``[4, B]`` (x, y, vx, vy), ``spin`` ``[B]`` (the puck's angular velocity,
+    rad/s, not observed, as in the original), ``touching`` ``[2, B]`` (the puck reached that racket in the last
+    step: the contact is this step), ``hold`` ``[2, B]`` (steps left holding the puck),
     ``t`` int64 ``[B]`` (steps taken), ``mode``, ``opponent`` int64 ``[B]`` (indices into :data:`MODES`,
     :data:`OPPONENTS`). A step replaces these tensors; a reset writes the reset rows in place.
 
@@ -174,7 +187,6 @@ class HockeyEnv(RowSeededEnv):
 
         self._side = column(1.0, -1.0)  # player 2's own frame is the world rotated by pi
         self._accel = self._side * (DT * FORCE_MULTIPLIER / PLAYER_MASS)
-        self._x_low, self._x_high = column(PLAYER_X_LIMITS[0], ZONE), column(-ZONE, -PLAYER_X_LIMITS[0])
         self._mirror_index = torch.tensor(MIRROR_INDEX, device=dev)
         self._mirror_sign = torch.tensor(MIRROR_SIGN, **f32).view(-1, 1)
         self._discrete = DISCRETE_ACTIONS.to(dev)
@@ -184,9 +196,13 @@ class HockeyEnv(RowSeededEnv):
         self.players = torch.zeros(6, 2, b, **f32)  # x, y, angle, vx, vy, omega of players 1, 2 (world frame)
         self.players[0] = column(PLAYER_START[0], -PLAYER_START[0])
         self.puck = torch.zeros(4, b, **f32)  # x, y, vx, vy
+        self.spin = torch.zeros(b, **f32)  # the puck's angular velocity (rad/s): friction spins it, and its rim rubs
+        self._kick = torch.zeros(2, b, **f32)  # a TRAIN_DEFENSE shot's velocity, given in the episode's first step
         self.hold = torch.zeros(2, b, **f32)
+        self.touching = torch.zeros(2, b, **f32)  # 1: the puck reached this racket in the last step (not yet hit)
         self.t = torch.zeros(b, dtype=torch.long, device=dev)
         self.phase = torch.zeros(b, **f32)
+        self._keys = torch.zeros(b, dtype=torch.long, device=dev)  # each row's episode key (envs.rng)
         self.mode = torch.full((b,), MODES.index(config.mode), dtype=torch.long, device=dev)
         self.opponent = torch.full((b,), OPPONENTS.index(config.opponent), dtype=torch.long, device=dev)
         self._next_mode = self.mode.clone()
@@ -358,9 +374,8 @@ class HockeyEnv(RowSeededEnv):
     # ------------------------------------------------------------------ state (tests, diagnostics)
     def force_state(self, observation: Tensor, t: Tensor | int = 0) -> TensorDict:
         """Test and diagnostic hook (the original's ``set_state``): overwrite every row's state from an agent
-        ``observation`` ``[B, 18]`` (layout in the class docstring; positions are clamped into the paddles'
-        boxes, holding times are used as given) and return the observation TensorDict a reset would return
-        (set ``action`` in it and call :meth:`step`).
+        ``observation`` ``[B, 18]`` (layout in the class docstring; used as given, the puck without spin) and
+        return the observation TensorDict a reset would return (set ``action`` in it and call :meth:`step`).
 
         Raises:
             ValueError: ``observation`` is not ``[B, 18]``.
@@ -370,11 +385,12 @@ class HockeyEnv(RowSeededEnv):
         if obs.shape != (b, OBSERVATION_SIZE):
             raise ValueError(f"force_state wants observation [{b}, {OBSERVATION_SIZE}], got {list(obs.shape)}")
         players = obs[:, :12].reshape(b, 2, 6).permute(2, 1, 0).contiguous()  # [6, 2, B]
-        players[0] = torch.maximum(torch.minimum(players[0], self._x_high), self._x_low)
-        players[1] = players[1].clamp(-PLAYER_Y_LIMIT, PLAYER_Y_LIMIT)
         self.players = players
         self.puck = obs[:, 12:16].t().contiguous()
+        self.spin = torch.zeros(b, dtype=torch.float32, device=self.device)
+        self._kick = torch.zeros(2, b, dtype=torch.float32, device=self.device)
         self.hold = obs[:, 16:18].t().contiguous()
+        self.touching = torch.zeros_like(self.hold)
         self.t = torch.as_tensor(t, dtype=torch.long, device=self.device).expand(b).clone()
         return self._output(torch.zeros(b, 1, dtype=torch.float32, device=self.device))
 
@@ -387,11 +403,10 @@ class HockeyEnv(RowSeededEnv):
         u = rng.uniform(keys, _RESET_STREAM, (6,))
         mode = self.mode.index_select(0, idx)
         normal, defense = mode == NORMAL, mode == TRAIN_DEFENSE
-        # player 1 at its start, player 2 at its start (NORMAL) or at a random place (the original's
-        # 4W/5 + U(-W/3, W/6), H/2 + U(-H/4, H/4), here clamped into player 2's box)
+        # player 1 at its start, player 2 at its start (NORMAL) or at a random place: the original's 4W/5 + U(-W/3,
+        # W/6), H/2 + U(-H/4, H/4), which may lie in the centre zone or in the wall (the first step moves it out)
         p2 = torch.stack([3.0 + u[:, _U_PLAYER2_X] * 5.0 - 10.0 / 3.0, (u[:, _U_PLAYER2_Y] * 2.0 - 1.0) * 2.0], -1)
         p2 = torch.where(normal.unsqueeze(-1), p2.new_tensor([-PLAYER_START[0], PLAYER_START[1]]), p2)
-        p2 = torch.stack([p2[:, 0].clamp(ZONE, -PLAYER_X_LIMITS[0]), p2[:, 1].clamp(-PLAYER_Y_LIMIT, PLAYER_Y_LIMIT)], -1)
         # puck: NORMAL / TRAIN_SHOOTING at x = -+U(1, 2) (H/8 .. H/4 from the centre line), y = U(-1, 1), on the
         # agent's side in TRAIN_SHOOTING and on even episodes of NORMAL; TRAIN_DEFENSE at x = U(0, W/3),
         # y = 0.8 U(-H/2, H/2), shot at 60 m/s towards (-W/2, 0.6 U(-1.25, 1.25))
@@ -409,9 +424,14 @@ class HockeyEnv(RowSeededEnv):
         fresh[0, 0], fresh[1, 0] = PLAYER_START
         fresh[0, 1], fresh[1, 1] = p2[:, 0], p2[:, 1]
         self.players.index_copy_(2, idx, fresh)
-        self.puck.index_copy_(1, idx, torch.cat([puck, puck_vel], -1).t())
+        # the original applies the defense shot's force at the reset: the puck gets its velocity in the first step
+        self.puck.index_copy_(1, idx, torch.cat([puck, torch.zeros_like(puck)], -1).t())
+        self._kick.index_copy_(1, idx, puck_vel.t())
+        self.spin.index_fill_(0, idx, 0.0)
         self.phase.index_copy_(0, idx, u[:, _U_PHASE] * math.pi)
+        self._keys.index_copy_(0, idx, keys)
         self.hold.index_fill_(1, idx, 0.0)
+        self.touching.index_fill_(1, idx, 0.0)
         self.t.index_fill_(0, idx, 0)
         return self._output(torch.zeros(b, 1, dtype=torch.float32, device=self.device))
 
@@ -443,21 +463,11 @@ class HockeyEnv(RowSeededEnv):
         act = torch.stack([agent.t(), self._opponent_action()], 1)  # [4, 2, B], own frames
         x0, y0, angle0, vx0, vy0, omega0 = self.players
         kx, ky, kvx, kvy = self.puck
+        spin = self.spin
         fast = (kvx * kvx + kvy * kvy > MAX_PUCK_SPEED**2).float()
-        damp = 1.0 / (1.0 + DT * PUCK_DAMPING) + fast * (1.0 / (1.0 + DT * PUCK_DAMPING_FAST) - 1.0 / (1.0 + DT * PUCK_DAMPING))
-        # ---- paddles: force, damping, speed cap, position clamped into the box; the same for the angle
-        vx = (vx0 + act[0] * self._accel) * (1.0 / (1.0 + DT * PLAYER_DAMPING))
-        vy = (vy0 + act[1] * self._accel) * (1.0 / (1.0 + DT * PLAYER_DAMPING))
-        cap = (MAX_PLAYER_SPEED / (vx * vx + vy * vy).sqrt()).clamp_max(1.0)
-        vx, vy = vx * cap, vy * cap
-        moved_x, moved_y = x0 + vx * DT, y0 + vy * DT
-        x = torch.maximum(torch.minimum(moved_x, self._x_high), self._x_low)
-        y = moved_y.clamp(-PLAYER_Y_LIMIT, PLAYER_Y_LIMIT)
-        vx, vy = vx * (x == moved_x).float(), vy * (y == moved_y).float()
-        omega = (omega0 + act[2] * (DT * TORQUE_MULTIPLIER / PLAYER_INERTIA)) * (1.0 / (1.0 + DT * ANGULAR_DAMPING))
-        turned = angle0 + omega * DT
-        angle = turned.clamp(-MAX_ANGLE, MAX_ANGLE)
-        omega = omega * (angle == turned).float()
+        damp = damping_factor(PUCK_DAMPING) + fast * (damping_factor(PUCK_DAMPING_FAST) - damping_factor(PUCK_DAMPING))
+        # ---- rackets: the original's forces, limits and damping
+        x, y, angle, vx, vy, omega = move_rackets(self.players, act, self._side)
         face_x, face_y = torch.cos(angle) * self._side, torch.sin(angle) * self._side  # world frame
         # ---- holding: count down, shoot at 1 or on request, else the puck sits on the holder's rim
         held = (self.hold > 1).float()
@@ -465,46 +475,92 @@ class HockeyEnv(RowSeededEnv):
         shoot = held * ((hold <= 1) | (act[3] > 0.5)).float()
         hold = hold * (1.0 - shoot)
         any_held, still = held[0] + held[1], (held[0] - shoot[0]) + (held[1] - shoot[1])  # [B] 0/1
-        rim_x, rim_y = (x + face_x * CONTACT_DISTANCE) * held, (y + face_y * CONTACT_DISTANCE) * held
+        # a held puck sits on the front face; a shot leaves from the racket's origin, as the original's
+        offset = HOLD_OFFSET * (held - shoot)
+        rim_x, rim_y = (x + face_x * offset) * held, (y + face_y * offset) * held
+        # the original pins a held puck on the racket with the racket's velocity at the step's start (plus a shot's
+        # 60 m/s); the racket's change of velocity over the step then hits it (at the centre of the front face)
         kick = shoot * SHOT_SPEED
-        hold_vx, hold_vy = (vx + face_x * kick) * held, (vy + face_y * kick) * held
+        pinned_vx = (vx0 + face_x * kick) * damping_factor(PUCK_DAMPING)
+        pinned_vy = (vy0 + face_y * kick) * damping_factor(PUCK_DAMPING)
+        front_x, front_y = face_x * _FRONT_FROM_CENTROID, face_y * _FRONT_FROM_CENTROID
+        push = impulse(pinned_vx - (vx - omega * front_y), pinned_vy - (vy + omega * front_x), spin, face_x, face_y,
+                       front_x, front_y)
+        spin = spin + (push[5] * held).sum(0)
+        hold_vx, hold_vy = (pinned_vx + push[0]) * held, (pinned_vy + push[1]) * held
+        # (Box2D moves a body with its velocity after the impulses, so a push also moves the racket this step)
+        vx, vy, omega = vx + push[2] * held, vy + push[3] * held, omega + push[4] * held
+        x, y, angle = x + push[2] * held * DT, y + push[3] * held * DT, angle + push[4] * held * DT
         free = 1.0 - any_held
         start_x, start_y = kx * free + (rim_x[0] + rim_x[1]), ky * free + (rim_y[0] + rim_y[1])
-        kvx = kvx * damp * free + (hold_vx[0] + hold_vx[1])
-        kvy = kvy * damp * free + (hold_vy[0] + hold_vy[1])
+        kvx = (kvx + self._kick[0]) * damp * free + (hold_vx[0] + hold_vx[1])
+        kvy = (kvy + self._kick[1]) * damp * free + (hold_vy[0] + hold_vy[1])
+        self._kick.zero_()
         moving = (1.0 - still) * DT
         kx, ky = start_x + kvx * moving, start_y + kvy * moving
-        # ---- paddle vs puck: the puck's path relative to each paddle, from (start - old paddle) to (end - paddle)
+        # ---- racket vs puck, in each racket's own frame (x forward along ``ex, ey``, y along ``qx, qy``). ``swept``:
+        # the puck's path relative to the racket at the step's end, from (start - old origin) to (end - origin);
+        # ``discrete``: the puck's start against the racket where it was, as Box2D tests it
+        swept = cfg.contact == "swept"
+        frame = angle if swept else angle0
+        ex, ey, qx, qy = torch.cos(frame) * self._side, torch.sin(frame) * self._side, -torch.sin(frame), torch.cos(frame)
+        ox, oy = (x, y) if swept else (x0, y0)
         r0x, r0y = start_x - x0, start_y - y0  # [2, B]
-        path_x, path_y = (kx - x) - r0x, (ky - y) - r0y
-        along = (-(r0x * path_x + r0y * path_y) / (path_x * path_x + path_y * path_y + 1e-12)).clamp(0.0, 1.0)
-        cx, cy = r0x + path_x * along, r0y + path_y * along
-        dist = (cx * cx + cy * cy).sqrt()
-        inv = 1.0 / dist.clamp_min(1e-6)
-        nx, ny = cx * inv, cy * inv  # contact normal, paddle -> puck
-        approach = (kvx - vx) * nx + (kvy - vy) * ny  # [2, B]
-        contact = ((dist < CONTACT_DISTANCE) & (approach < 0)).float() * (1.0 - still)
-        catch = contact * ((self._side * kvx < 0.1) & (hold[0] + hold[1] == 0)).float() * float(cfg.keep_mode)
-        catch = torch.stack([catch[0], catch[1] * (1.0 - catch[0])])  # player 1 first if both catch
-        push = approach * (1.0 + RESTITUTION) * contact
-        kvx, kvy = kvx - (push[0] * nx[0] + push[1] * nx[1]), kvy - (push[0] * ny[0] + push[1] * ny[1])
-        first, second = contact[0], contact[1] * (1.0 - contact[0])
-        stay = 1.0 - first - second
-        kx = kx * stay + (x[0] + nx[0] * CONTACT_DISTANCE) * first + (x[1] + nx[1] * CONTACT_DISTANCE) * second
-        ky = ky * stay + (y[0] + ny[0] * CONTACT_DISTANCE) * first + (y[1] + ny[1] * CONTACT_DISTANCE) * second
+        r1x, r1y = kx - x, ky - y
+        ax, ay = r0x * ex + r0y * ey, r0x * qx + r0y * qy
+        bx, by = (r1x * ex + r1y * ey, r1x * qx + r1y * qy) if swept else (ax, ay)
+        touch, when, lnx, lny = sweep(ax, ay, bx - ax, by - ay)
+        hx, hy = ax + (bx - ax) * when, ay + (by - ay) * when  # the puck's centre at the touch, racket frame
+        nx, ny = lnx * ex + lny * qx, lnx * ey + lny * qy  # world normal, racket -> puck
+        px, py = hx * ex + hy * qx - nx * PUCK_RADIUS, hx * ey + hy * qy - ny * PUCK_RADIUS
+        px, py = px + face_x * PLAYER_CENTROID_BEHIND, py + face_y * PLAYER_CENTROID_BEHIND  # from the centroid
+        ux, uy = kvx - (vx - omega * py), kvy - (vy + omega * px)  # puck velocity relative to the touched point
+        reach = touch.float() * (1.0 - still) * (1.0 - shoot)  # (a shot leaves its own racket from inside it)
+        reach = torch.stack([reach[0], reach[1] * (1.0 - reach[0])])  # one racket per step, player 1 first
+        # Box2D finds a new contact one step late: the step in which the puck reaches a racket ends with the puck
+        # there, and the next step is the contact: the catch (whatever the velocities, as the original's
+        # BeginContact) and the impulse (if they approach). ``swept``: the puck stops on the racket's surface
+        # where its path first touches it (it cannot pass through); ``discrete`` (Box2D's own test, kept for
+        # comparison): only a puck that ends the step overlapping the racket touches it, and it stays inside.
+        # A puck that starts the step inside a racket (it reached it, or the racket turned into it) is in contact.
+        if swept:
+            contact = reach * torch.maximum(self.touching, (when <= 0).float())
+            arrive = reach - contact
+        else:
+            contact = reach * (when <= 0).float()
+            arrive = torch.zeros_like(reach)
+        # the original's catch rule reads the velocity the puck had at the step's start (Box2D's BeginContact)
+        catch = contact * ((self._side * self.puck[2] < 0.1) & (hold[0] + hold[1] == 0)).float() * float(cfg.keep_mode)
+        dvx, dvy, recoil_x, recoil_y, recoil_omega, dspin = impulse(ux, uy, spin, nx, ny, px, py)
+        spin = spin + (dspin * contact).sum(0)
+        arrive_vx, arrive_vy = kvx, kvy
+        kvx, kvy = kvx + (dvx * contact).sum(0), kvy + (dvy * contact).sum(0)
+        vx, vy, omega = vx + recoil_x * contact, vy + recoil_y * contact, omega + recoil_omega * contact
+        x, y, angle = x + recoil_x * contact * DT, y + recoil_y * contact * DT, angle + recoil_omega * contact * DT
+        # a hit puck leaves the touching point (``swept``: on the racket where it is now) with its new velocity for
+        # the rest of the step; an arriving puck stops where its path touched the racket (which may go on into it)
+        rest_x, rest_y = ox + hx * ex + hy * qx, oy + hx * ey + hy * qy
+        after = contact * ((1.0 - when) * DT)
+        until = (arrive * when).sum(0) * DT
+        placed = contact + arrive
+        kx = kx * (1.0 - placed.sum(0)) + (rest_x * contact).sum(0) + kvx * after.sum(0)
+        ky = ky * (1.0 - placed.sum(0)) + (rest_y * contact).sum(0) + kvy * after.sum(0)
+        kx, ky = kx + (start_x + arrive_vx * until) * arrive.sum(0), ky + (start_y + arrive_vy * until) * arrive.sum(0)
+        self.touching = arrive
         hold = hold * (1.0 - catch) + catch * float(MAX_TIME_KEEP_PUCK)
         # ---- walls (the end walls are open in the goal mouth), then goals
         mouth = (ky.abs() < GOAL_HALF_WIDTH).float()
         limit_x = PUCK_X_LIMIT + mouth * (NO_LIMIT - PUCK_X_LIMIT)
-        kx, kvx = _bounce(kx, kvx, limit_x)
-        ky, kvy = _bounce(ky, kvy, PUCK_Y_LIMIT)
+        kx, kvx, kvy, spin = _bounce(kx, kvx, kvy, spin, limit_x, 1.0)
+        ky, kvy, kvx, spin = _bounce(ky, kvy, kvx, spin, PUCK_Y_LIMIT, -1.0)
         winner = kx.sign() * ((kx.abs() > GOAL_X).float() * mouth)  # [B]
         # ---- commit
         self.players = torch.stack([x, y, angle, vx, vy, omega])
         self.puck = torch.stack([kx, ky, kvx, kvy])
+        self.spin = spin
         self.hold = hold
         self.t = self.t + 1
-        phase = self.phase + 0.1
+        phase = self.phase + rng.uniform_at(self._keys, _PHASE_STREAM, self.t) * PHASE_STEP_MAX
         self.phase = phase - (phase > 2 * math.pi).float() * (2 * math.pi)
         # ---- reward, flags
         reward = winner * self.r_win

@@ -4,10 +4,12 @@ player (:class:`BasicOpponent`) for self-play hooks, tests and evaluations."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
-from envs.hockey.constants import MAX_ANGLE, OPPONENT_GAINS, SCALE
+from envs.hockey.constants import MAX_ANGLE, OPPONENT_GAINS, PHASE_STEP_MAX, SCALE
 
 _BRAKE = torch.tensor([[0.1], [0.1], [1.0]])  # BasicOpponent's time_to_break per coordinate
 
@@ -58,18 +60,22 @@ class BasicOpponent:
     """A batched scripted player (the original's ``BasicOpponent``) as a callable ``observation [k, 18] -> action
     [k, 4]``: for :meth:`HockeyEnv.set_opponent_policy`, or to drive the agent in tests and evaluations.
 
-    The phase starts at 0 and advances by 0.1 rad per call (it restarts when ``k`` changes).
+    As the original, the racket's wobble phase starts uniform in ``[0, pi)`` and advances by a uniform draw in
+    ``[0, 0.2)`` rad per call (one per row, from a generator seeded ``seed``; it restarts when ``k`` changes).
 
     Args:
         weak: gain 0.5 (weak) or 10 (strong).
+        seed: seed of the phase draws.
     """
 
-    def __init__(self, weak: bool = True) -> None:
+    def __init__(self, weak: bool = True, seed: int = 0) -> None:
         self.kp = OPPONENT_GAINS["weak" if weak else "strong"]
+        self.generator = torch.Generator().manual_seed(seed)
         self.phase: Tensor | None = None
 
     def __call__(self, observation: Tensor) -> Tensor:
-        if self.phase is None or self.phase.shape[0] != observation.shape[0]:
-            self.phase = torch.zeros(observation.shape[0], device=observation.device)
-        self.phase = self.phase + 0.1
-        return basic_opponent_action(observation, self.kp, self.phase)
+        k = observation.shape[0]
+        if self.phase is None or self.phase.shape[0] != k:
+            self.phase = torch.rand(k, generator=self.generator) * math.pi
+        self.phase = self.phase + torch.rand(k, generator=self.generator) * PHASE_STEP_MAX
+        return basic_opponent_action(observation, self.kp, self.phase.to(observation.device))

@@ -6,13 +6,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from envs.hockey.constants import (
-    GOAL_HALF_WIDTH,
-    PLAYER_RADIUS,
-    PUCK_RADIUS,
-    TABLE_HALF_LENGTH,
-    TABLE_HALF_WIDTH,
-)
+from envs.hockey.constants import GOAL_HALF_WIDTH, PUCK_RADIUS, TABLE_HALF_LENGTH, TABLE_HALF_WIDTH
+from envs.hockey.contact import distance_to_racket
 
 _TABLE = (235, 235, 225)
 _GOAL = (90, 90, 90)
@@ -33,8 +28,8 @@ def render_game(observation: Tensor, frames: int = 8, pixels_per_metre: float = 
         pixels_per_metre: scale of a snapshot (16: 125 x 107 pixels).
 
     Returns:
-        ``[H, frames * (W + 2) - 2, 3]`` uint8 RGB: the table, the goal mouths at both ends, the agent's paddle
-        red, the opponent's blue, the puck black.
+        ``[H, frames * (W + 2) - 2, 3]`` uint8 RGB: the table, the goal mouths at both ends, the agent's racket
+        red, the opponent's blue (the original's polygon at its angle), the puck black.
 
     Raises:
         ValueError: ``observation`` is not ``[T, 18]`` with T >= 1, or ``frames`` < 1.
@@ -53,10 +48,13 @@ def render_game(observation: Tensor, frames: int = 8, pixels_per_metre: float = 
         obs = observation[t].float().cpu()
         image = torch.tensor(_TABLE, dtype=torch.uint8).expand(height, width, 3).clone()
         image[goal] = torch.tensor(_GOAL, dtype=torch.uint8)
-        for (px, py), radius, colour in (((obs[0], obs[1]), PLAYER_RADIUS, _AGENT),
-                                         ((obs[6], obs[7]), PLAYER_RADIUS, _OPPONENT),
-                                         ((obs[12], obs[13]), PUCK_RADIUS, _PUCK)):
-            image[(gx - px) ** 2 + (gy - py) ** 2 <= radius ** 2] = torch.tensor(colour, dtype=torch.uint8)
+        for (px, py, angle), facing, colour in ((obs[0:3], 1.0, _AGENT), (obs[6:9], -1.0, _OPPONENT)):
+            dx, dy = gx - px, gy - py  # the racket polygon in its own frame (x along its facing direction)
+            cos, sin = torch.cos(angle), torch.sin(angle)
+            local_x, local_y = (dx * cos + dy * sin) * facing, dy * cos - dx * sin
+            image[distance_to_racket(local_x, local_y) <= 0] = torch.tensor(colour, dtype=torch.uint8)
+        puck = (gx - obs[12]) ** 2 + (gy - obs[13]) ** 2 <= PUCK_RADIUS ** 2
+        image[puck] = torch.tensor(_PUCK, dtype=torch.uint8)
         snapshots.append(image)
         snapshots.append(torch.tensor(_GAP, dtype=torch.uint8).expand(height, 2, 3))
     return np.ascontiguousarray(torch.cat(snapshots[:-1], dim=1).numpy())
