@@ -19,7 +19,6 @@ from envs.hockey.constants import (
     CLOSENESS_PER_METRE_STEP,
     DISCRETE_ACTIONS,
     DT,
-    FORCE_MULTIPLIER,
     GOAL_HALF_WIDTH,
     GOAL_X,
     HOLD_OFFSET,
@@ -36,7 +35,6 @@ from envs.hockey.constants import (
     OPPONENTS,
     PHASE_STEP_MAX,
     PLAYER_CENTROID_BEHIND,
-    PLAYER_MASS,
     PLAYER_START,
     POLICY,
     PUCK_DAMPING,
@@ -186,7 +184,6 @@ class HockeyEnv(RowSeededEnv):
             return torch.tensor(values, **f32).view(-1, 1)
 
         self._side = column(1.0, -1.0)  # player 2's own frame is the world rotated by pi
-        self._accel = self._side * (DT * FORCE_MULTIPLIER / PLAYER_MASS)
         self._mirror_index = torch.tensor(MIRROR_INDEX, device=dev)
         self._mirror_sign = torch.tensor(MIRROR_SIGN, **f32).view(-1, 1)
         self._discrete = DISCRETE_ACTIONS.to(dev)
