@@ -51,6 +51,12 @@ def racket_features(device: torch.device) -> tuple[Tensor, ...]:
     return _FEATURES[device]
 
 
+def _pick(feature: Tensor, index: Tensor) -> Tensor:
+    """``feature[index]`` elementwise: ``feature`` ``[7, 1, ...]`` (one value per edge or corner), ``index`` int64
+    ``S`` in ``[0, 7)``; returns ``S``."""
+    return feature.expand(7, *index.shape).gather(0, index.unsqueeze(0)).squeeze(0)
+
+
 def sweep(ax: Tensor, ay: Tensor, dx: Tensor, dy: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """When the puck's centre, moving from ``a`` by ``d`` (racket frame, metres; the motion relative to the racket
     over one step), first comes within ``ROUNDING`` of the racket, and the outward normal there.
@@ -91,21 +97,15 @@ def sweep(ax: Tensor, ay: Tensor, dx: Tensor, dy: Tensor) -> tuple[Tensor, Tenso
     times = torch.cat([t_edge, t_corner])  # [14, *S]
     time, which = times.min(0)
     hit = time <= 1.0
-    k = which.unsqueeze(0)
     at_x, at_y = ax + dx * time.clamp_max(1.0), ay + dy * time.clamp_max(1.0)
     # normal: the edge's normal, or from the corner to the touching point
-    edge_nx, edge_ny = nx.expand_as(out0).gather(0, k.clamp_max(6)).squeeze(0), ny.expand_as(out0).gather(0, k.clamp_max(6)).squeeze(0)
-    cx, cy = vx.expand_as(out0).gather(0, (k - 7).clamp_min(0)).squeeze(0), vy.expand_as(out0).gather(0, (k - 7).clamp_min(0)).squeeze(0)
-    corner_n = torch.stack([at_x - cx, at_y - cy]) / ROUNDING
+    edge, corner = which.clamp_max(6), (which - 7).clamp_min(0)
     is_edge = which < 7
-    hit_nx = torch.where(is_edge, edge_nx, corner_n[0])
-    hit_ny = torch.where(is_edge, edge_ny, corner_n[1])
+    hit_nx = torch.where(is_edge, _pick(nx, edge), (at_x - _pick(vx, corner)) / ROUNDING)
+    hit_ny = torch.where(is_edge, _pick(ny, edge), (at_y - _pick(vy, corner)) / ROUNDING)
     # ---- a start inside the rounded racket: Box2D's polygon-circle normal (largest separation, or a corner)
     separation, face = out0.max(0)
-    f = face.unsqueeze(0)
-    fvx, fvy = vx.expand_as(out0).gather(0, f).squeeze(0), vy.expand_as(out0).gather(0, f).squeeze(0)
-    ftx, fty = tx.expand_as(out0).gather(0, f).squeeze(0), ty.expand_as(out0).gather(0, f).squeeze(0)
-    flen = length.expand_as(out0).gather(0, f).squeeze(0)
+    fvx, fvy, ftx, fty, flen = (_pick(c, face) for c in (vx, vy, tx, ty, length))
     u = (ax - fvx) * ftx + (ay - fvy) * fty
     end_x, end_y = fvx + ftx * flen, fvy + fty * flen
     beyond_start, beyond_end = u < 0, u > flen
@@ -114,7 +114,7 @@ def sweep(ax: Tensor, ay: Tensor, dx: Tensor, dy: Tensor) -> tuple[Tensor, Tenso
     off_x, off_y = ax - px, ay - py
     off = (off_x * off_x + off_y * off_y).sqrt()
     in_corner = (beyond_start | beyond_end) & (separation > 0)
-    face_nx, face_ny = nx.expand_as(out0).gather(0, f).squeeze(0), ny.expand_as(out0).gather(0, f).squeeze(0)
+    face_nx, face_ny = _pick(nx, face), _pick(ny, face)
     safe = off.clamp_min(1e-9)
     inside = torch.where(in_corner, off < ROUNDING, separation < ROUNDING)
     start_nx = torch.where(in_corner, off_x / safe, face_nx)

@@ -37,7 +37,7 @@ _ACCEL = DT * FORCE_MULTIPLIER / PLAYER_MASS  # velocity change of a full force 
 _SPIN = DT * TORQUE_MULTIPLIER / PLAYER_INERTIA  # angular velocity change of a full torque, rad/s
 _KEEP, _KEEP_BRAKE = damping_factor(PLAYER_DAMPING), damping_factor(PLAYER_DAMPING_BRAKE)
 _KEEP_SPIN, _KEEP_SPIN_BRAKE = damping_factor(ANGULAR_DAMPING), damping_factor(ANGULAR_DAMPING_BRAKE)
-MOUTH_FIT = GOAL_HALF_WIDTH - 0.3  # |y| of a racket origin whose back (at most 0.4 m wide there) fits the mouth
+_MOUTH_FIT = GOAL_HALF_WIDTH - 0.3  # |y| of a racket origin whose back (at most 0.4 m wide there) fits the mouth
 _CORNERS = torch.tensor(RACKET_VERTICES).t().reshape(2, 7, 1, 1)  # x, y of the racket's corners, own frame
 _ANGLE_SPRING = 0.1 * PLAYER_MASS / PLAYER_INERTIA  # the original's -0.1 * (angle, omega) * mass / DT torques
 
@@ -90,12 +90,13 @@ def move_rackets(players: Tensor, action: Tensor, side: Tensor) -> tuple[Tensor,
     moved_x = own_x + own_vx * DT + PLAYER_CENTROID_BEHIND * (cos1 - cos0)
     moved_y = y0 + vy * DT + PLAYER_CENTROID_BEHIND * side * (sin1 - sin0)
     # walls: the racket's corners (turned by the angle) stop at the end wall behind it and at the long walls
-    corner_x = _CORNERS[0] * cos1 - _CORNERS[1] * sin1  # own frame, [7, 2, B]
-    corner_y = _CORNERS[0] * sin1 + _CORNERS[1] * cos1
+    corners = _CORNERS.to(players.device)
+    corner_x = corners[0] * cos1 - corners[1] * sin1  # own frame, [7, 2, B]
+    corner_y = corners[0] * sin1 + corners[1] * cos1
     reach_back = (-corner_x).amax(0) + POLYGON_SKIN
     reach_y = TABLE_HALF_WIDTH - corner_y.abs().amax(0) - POLYGON_SKIN
     # in front of the goal mouth the racket's back fits into it, up to the goal box behind the end wall
-    back_wall = TABLE_HALF_LENGTH + (moved_y.abs() < MOUTH_FIT).float() * (GOAL_BOX_X - TABLE_HALF_LENGTH)
+    back_wall = TABLE_HALF_LENGTH + (moved_y.abs() < _MOUTH_FIT).float() * (GOAL_BOX_X - TABLE_HALF_LENGTH)
     own_x = torch.minimum(torch.maximum(moved_x, reach_back - back_wall), torch.zeros_like(moved_x))
     y = torch.maximum(torch.minimum(moved_y, reach_y), -reach_y)
     own_vx, vy = own_vx * (own_x == moved_x).float(), vy * (y == moved_y).float()
