@@ -54,7 +54,7 @@ from envs.hockey.constants import (
     damping_factor,
     discrete_to_continuous,
 )
-from envs.hockey.contact import impulse, sweep
+from envs.hockey.contact import impulse, sweep_near
 from envs.hockey.opponents import scripted_rows
 from envs.hockey.rackets import move_rackets
 from envs.hockey.render import render_game as draw_game
@@ -506,7 +506,7 @@ class HockeyEnv(RowSeededEnv):
         r1x, r1y = kx - x, ky - y
         ax, ay = r0x * ex + r0y * ey, r0x * qx + r0y * qy
         bx, by = (r1x * ex + r1y * ey, r1x * qx + r1y * qy) if swept else (ax, ay)
-        touch, when, lnx, lny = sweep(ax, ay, bx - ax, by - ay)
+        touch, when, lnx, lny = sweep_near(ax, ay, bx - ax, by - ay, self.touching > 0)
         hx, hy = ax + (bx - ax) * when, ay + (by - ay) * when  # the puck's centre at the touch, racket frame
         nx, ny = lnx * ex + lny * qx, lnx * ey + lny * qy  # world normal, racket -> puck
         px, py = hx * ex + hy * qx - nx * PUCK_RADIUS, hx * ey + hy * qy - ny * PUCK_RADIUS

@@ -12,7 +12,7 @@ import torch
 
 from envs.hockey import HockeyConfig
 from envs.hockey.constants import MAX_ANGLE, MAX_TIME_KEEP_PUCK, SHOT_SPEED
-from envs.hockey.contact import ROUNDING, distance_to_racket, sweep
+from envs.hockey.contact import ROUNDING, distance_to_racket, sweep, sweep_near
 
 CASES = 4096
 
@@ -105,3 +105,7 @@ def test_sweep_agrees_with_dense_sampling():
     at_x, at_y = a[:, 0] + d[:, 0] * when, a[:, 1] + d[:, 1] * when
     outward = distance_to_racket(at_x + nx * 1e-2, at_y + ny * 1e-2) > distance_to_racket(at_x, at_y)
     assert outward[hit].float().mean() > 0.999
+    # the env's sweep_near skips the paths that cannot reach the racket: the same answers
+    near = sweep_near(a[:, 0], a[:, 1], d[:, 0], d[:, 1])
+    assert torch.equal(near[0], touch) and torch.equal(near[1], when)
+    assert torch.equal(near[2][touch], nx[touch]) and torch.equal(near[3][touch], ny[touch])
