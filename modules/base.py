@@ -46,7 +46,7 @@ class RLModule(L.LightningModule):
         self.collected_frames = 0  # frames of all ranks (ranks collect in lockstep, equal batches)
         self.finished_episodes = 0  # episodes this rank's envs finished in this process (a statistic, not checkpointed)
         self.latest_metrics: dict[str, float] = {}
-        self._sums: dict[str, float] = defaultdict(float)
+        self._sums: dict[str, float | Tensor] = defaultdict(float)
         self._counts: dict[str, int] = defaultdict(int)
         # every evaluation's metrics and frame count, written by an evaluation callback (callbacks.PolicyEvaluation,
         # which also sets has_evaluator) and read by others (callbacks.CurriculumPhases); in the checkpoint
@@ -108,8 +108,13 @@ class RLModule(L.LightningModule):
 
     # ------------------------------------------------------------------ metrics
     def record(self, name: str, value: float | Tensor, weight: int = 1) -> None:
-        """Accumulate ``value`` (weighted) under ``name`` until the next :meth:`flush_metrics`."""
-        self._sums[name] += float(value) * weight
+        """Accumulate ``value`` (weighted) under ``name`` until the next :meth:`flush_metrics`. A tensor is summed
+        where it lives (in float64), so recording reads nothing back from the device: the values are read once
+        per collected batch, in :meth:`flush_metrics`."""
+        if isinstance(value, Tensor):
+            self._sums[name] = self._sums[name] + value.detach().to(torch.float64) * weight
+        else:
+            self._sums[name] += float(value) * weight
         self._counts[name] += weight
 
     def _world_size(self) -> int:
@@ -131,8 +136,9 @@ class RLModule(L.LightningModule):
         self._clock, self._episodes = (now, frames), 0
         names = sorted(self._sums)
         if names:
-            values = torch.tensor([self._sums[n] / max(self._counts[n], 1) for n in names], dtype=torch.float64)
-            values = self.trainer.strategy.reduce(values.to(self.device), reduce_op="mean").cpu()
+            values = torch.stack([torch.as_tensor(self._sums[n], dtype=torch.float64, device=self.device).reshape(())
+                                  / max(self._counts[n], 1) for n in names])
+            values = self.trainer.strategy.reduce(values, reduce_op="mean").cpu()
             metrics = dict(zip(names, values.tolist()))
             metrics.update({"time/frames": float(frames), "time/optim_steps": float(self.trainer.global_step)})
             if self.trainer.is_global_zero:
