@@ -22,7 +22,8 @@ def load_exported_model(path: str, name: str) -> tuple[nn.Module, dict]:
     [weights_prefix], <what it was trained for>}`` (e.g. ``modules.reinforce.REINFORCEModule``'s
     ``routing_policy``: the network's class path, constructor arguments, ``num_customers`` and
     ``num_vehicles``); the weights are the ``state_dict`` entries under ``weights_prefix`` (default
-    ``policy.``). The file is unpickled: load only checkpoints you trust.
+    ``policy.``). The file is read with ``weights_only=True`` (tensors and plain data: nothing in it runs), and
+    the class it names must be an ``nn.Module`` of this project's ``modules`` package.
 
     Args:
         path: the checkpoint file. name: the exported model's entry.
@@ -32,19 +33,34 @@ def load_exported_model(path: str, name: str) -> tuple[nn.Module, dict]:
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ValueError: the checkpoint exports no model ``name``.
+        ValueError: the checkpoint exports no model ``name``, or names a class outside ``modules`` or one that
+            is not an ``nn.Module``.
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path!r}: no such file (the checkpoint of {name})")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     entry = checkpoint.get(name) if isinstance(checkpoint, dict) else None
     if not isinstance(entry, dict) or "state_dict" not in checkpoint:
         raise ValueError(f"{path!r} is not a {name} checkpoint (it has no {name!r} entry)")
-    module_name, _, class_name = entry["class_path"].rpartition(".")
-    model = getattr(importlib.import_module(module_name), class_name)(**entry["config"])
+    model = _model_class(path, entry.get("class_path"))(**entry["config"])
     prefix = entry.get("weights_prefix", "policy.")
     model.load_state_dict({k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
     return model.eval(), {k: v for k, v in entry.items() if k not in _ENTRY_KEYS}
+
+
+def _model_class(path: str, class_path: object) -> type[nn.Module]:
+    """The ``nn.Module`` class ``modules.<file>.<Class>`` a checkpoint names; nothing else is imported.
+
+    Raises:
+        ValueError: any other class path (names the file and the path).
+    """
+    module_name, _, class_name = class_path.rpartition(".") if isinstance(class_path, str) else ("", "", "")
+    if module_name.startswith("modules.") and module_name.count(".") == 1 and module_name[8:].isidentifier():
+        cls = getattr(importlib.import_module(module_name), class_name, None)
+        if isinstance(cls, type) and issubclass(cls, nn.Module):
+            return cls
+    raise ValueError(f"{path!r} names model class {class_path!r}: only nn.Module classes of this project's "
+                     "modules package (modules.<file>.<Class>) are loaded")
 
 
 def attach_env_models(config: EnvConfig) -> None:

@@ -57,7 +57,7 @@ def load_run(configs: str | list[str], ckpt_path: str, overrides: list[str]) -> 
     model, data = cli.model, cli.datamodule
     data.setup("validate")
     model.prepare(data.env_specs())
-    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)  # tensors and plain data only
     model.load_state_dict(checkpoint["state_dict"])
     data_state = checkpoint.get(type(data).__qualname__)
     if data_state:

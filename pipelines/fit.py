@@ -69,7 +69,8 @@ def main(args: list[str] | None = None) -> FitCLI:
     if in_main_thread:  # Lightning adds its own SIGTERM handler to this one at fit start
         previous = {s: signal.signal(s, partial(_on_stop_signal, cli.datamodule)) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path)
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.config.ckpt_path,
+                        weights_only=True)  # a checkpoint is read as tensors and plain data, never run
     except StopRequested as stop:
         _stopped(cli, stop.signal_name)
     except SIGTERMException:  # Lightning's own check, at the end of a training step

@@ -38,7 +38,7 @@ _SPIN = DT * TORQUE_MULTIPLIER / PLAYER_INERTIA  # angular velocity change of a 
 _KEEP, _KEEP_BRAKE = damping_factor(PLAYER_DAMPING), damping_factor(PLAYER_DAMPING_BRAKE)
 _KEEP_SPIN, _KEEP_SPIN_BRAKE = damping_factor(ANGULAR_DAMPING), damping_factor(ANGULAR_DAMPING_BRAKE)
 _MOUTH_FIT = GOAL_HALF_WIDTH - 0.3  # |y| of a racket origin whose back (at most 0.4 m wide there) fits the mouth
-_CORNERS = torch.tensor(RACKET_VERTICES).t().reshape(2, 7, 1, 1)  # x, y of the racket's corners, own frame
+_CORNERS: dict[torch.device, Tensor] = {}  # x, y of the racket's corners ([2, 7, 1, 1], own frame), per device
 _ANGLE_SPRING = 0.1 * PLAYER_MASS / PLAYER_INERTIA  # the original's -0.1 * (angle, omega) * mass / DT torques
 
 
@@ -90,7 +90,9 @@ def move_rackets(players: Tensor, action: Tensor, side: Tensor) -> tuple[Tensor,
     moved_x = own_x + own_vx * DT + PLAYER_CENTROID_BEHIND * (cos1 - cos0)
     moved_y = y0 + vy * DT + PLAYER_CENTROID_BEHIND * side * (sin1 - sin0)
     # walls: the racket's corners (turned by the angle) stop at the end wall behind it and at the long walls
-    corners = _CORNERS.to(players.device)
+    corners = _CORNERS.get(players.device)
+    if corners is None:
+        corners = _CORNERS[players.device] = torch.tensor(RACKET_VERTICES, device=players.device).t().reshape(2, 7, 1, 1)
     corner_x = corners[0] * cos1 - corners[1] * sin1  # own frame, [7, 2, B]
     corner_y = corners[0] * sin1 + corners[1] * cos1
     reach_back = (-corner_x).amax(0) + POLYGON_SKIN

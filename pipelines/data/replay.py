@@ -110,7 +110,7 @@ class PrioritizedSampler(Sampler):
         torch.save(self.state_dict(), os.path.join(path, "priority.pt"))
 
     def loads(self, path: str) -> None:
-        self.load_state_dict(torch.load(os.path.join(path, "priority.pt")))
+        self.load_state_dict(torch.load(os.path.join(path, "priority.pt"), weights_only=True))
 
     def __repr__(self) -> str:
         return f"PrioritizedSampler(rows={self.rows}, alpha={self.alpha}, beta={self.beta}, eps={self.eps})"

@@ -130,6 +130,13 @@ def test_loader_rejects_missing_and_mismatched_checkpoints(tmp_path):
     assert trained_for == {"num_customers": 20, "num_vehicles": 2}
     for a, b in zip(loaded.state_dict().values(), policy.state_dict().values(), strict=True):
         assert torch.equal(a, b)
+    # a checkpoint may name only an nn.Module of this project's modules package: nothing else is imported or called
+    for class_path in ("subprocess.Popen", "os.system", "modules.routing.torch.load", "modules.base.RLModule.log"):
+        hostile = tmp_path / "hostile.ckpt"
+        torch.save({"state_dict": {}, "routing_policy": {"class_path": class_path, "config": {"args": ["true"]}}},
+                   hostile)
+        with pytest.raises(ValueError, match="only nn.Module classes"):
+            load_exported_model(str(hostile), "routing_policy")
     other = tmp_path / "other.ckpt"
     torch.save({"state_dict": {}}, other)
     with pytest.raises(ValueError, match="not a routing_policy checkpoint"):
