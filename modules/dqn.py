@@ -1,23 +1,24 @@
 """DQN (Mnih et al. 2015, "Human-level control through deep reinforcement learning", Nature 518) with
 the usual options: double DQN (van Hasselt et al. 2016, AAAI), a dueling head (Wang et al. 2016,
 ICML), n-step returns (TorchRL's ``MultiStepTransform`` on the replay buffer), hard or soft target
-updates, gradient clipping; on TorchRL's ``DQNLoss``."""
+updates, gradient clipping, prioritised-replay weights. The update is :func:`modules.q_values.dqn_loss`,
+tested equal to TorchRL's ``DQNLoss``."""
 
 from __future__ import annotations
 
 from typing import Literal
 
 import torch
-from tensordict import TensorDict
-from tensordict.nn import TensorDictSequential
+from tensordict import NestedKey, TensorDict
+from tensordict.nn import TensorDictModule
 from torch import Tensor, nn
 from torch.nn.modules.lazy import LazyModuleMixin
 from torchrl.envs import MultiStepTransform
-from torchrl.modules import EGreedyModule, QValueActor
-from torchrl.objectives import DQNLoss, HardUpdate, SoftUpdate, ValueEstimators
 
 from envs import EnvSpecs
 from modules.base import RLModule
+from modules.q_values import EpsilonGreedyQPolicy, dqn_loss
+from modules.target import TargetNetwork
 
 
 class QNetwork(nn.Module):
@@ -105,10 +106,11 @@ class MultiAgentQNetwork(nn.Module):
 class DQNModule(RLModule):
     """DQN on sampled replay batches (``pipelines.data.OffPolicyDataModule``).
 
-    The collector runs the greedy Q policy behind an ``EGreedyModule`` (one forward pass for all envs,
-    each env drawing its own exploration); ``set_epsilon`` (``callbacks.EpsilonDecay``) sets its
-    epsilon, which is a buffer, saved in the checkpoint. ``training_step`` takes one optimiser step on
-    one sampled batch and then the target update.
+    The collector runs :class:`modules.q_values.EpsilonGreedyQPolicy` (one forward pass for all envs, each
+    env drawing its own exploration); ``set_epsilon`` (``callbacks.EpsilonDecay``) sets its epsilon, which
+    is a buffer, saved in the checkpoint. ``training_step`` gets ``[K, N]`` sampled batches (K updates, see
+    ``OffPolicyDataModule``) and takes, for each, one optimiser step on :func:`modules.q_values.dqn_loss`
+    and then the target update (:class:`modules.target.TargetNetwork`).
 
     Multi-agent envs (``env.num_agents``): the policy acts for every agent of every env in one forward
     pass (action ``[B, R]``); the loss sees single-agent transitions (the replay buffer holds one row
@@ -143,42 +145,42 @@ class DQNModule(RLModule):
                              f">= 1 required (got {lr}, {gamma}, {n_step}, {tau}, {target_update_interval})")
         if target_update not in ("hard", "soft"):
             raise ValueError(f"model.target_update={target_update!r} is not allowed: one of hard, soft")
+        if loss_function not in ("l2", "smooth_l1"):
+            raise ValueError(f"model.loss_function={loss_function!r} is not allowed: one of l2, smooth_l1")
         if not in_keys:
             raise ValueError("model.in_keys must name at least one entry (e.g. [observation])")
         if not 0 <= epsilon <= 1:
             raise ValueError(f"model.epsilon={epsilon} is not allowed: must be in [0, 1]")
         self.save_hyperparameters(ignore=["network"])
         self.network = network
-        self._actor: QValueActor | None = None
+        self.target: TargetNetwork | None = None
 
     def build(self, action_spec, observation: TensorDict, agent_action_spec=None) -> None:
-        """Build actor, exploration, loss and target updater, after shaping the network's lazy layers on
+        """Build the collector's policy and the target network, after shaping the network's lazy layers on
         an example ``observation``.
 
         Args:
             action_spec: the env's per-sample action spec (with the agent dim of a multi-agent env).
             observation: an example observation TensorDict.
             agent_action_spec: one agent's action spec (multi-agent envs); ``action_spec`` when None.
+
+        Raises:
+            ValueError: the action spec is not categorical (one integer per action entry).
         """
         h = self.hparams
         agent_action_spec = action_spec if agent_action_spec is None else agent_action_spec
+        if agent_action_spec.dtype not in (torch.int64, torch.int32) or not hasattr(agent_action_spec, "n"):
+            raise ValueError(f"DQNModule needs a categorical action spec (one integer action), got {agent_action_spec}")
         with torch.no_grad():
             self.network(*(observation[k] for k in h.in_keys))
-        self._actor = QValueActor(self.network, in_keys=list(h.in_keys), spec=agent_action_spec,
-                                  action_mask_key=h.action_mask_key)
-        self.egreedy = EGreedyModule(action_spec, eps_init=h.epsilon, eps_end=h.epsilon,
-                                     action_mask_key=h.action_mask_key)
-        self._policy = TensorDictSequential(self._actor, self.egreedy)
-        self.loss = DQNLoss(self._actor, action_space=agent_action_spec, double_dqn=h.double_dqn,
-                            delay_value=True, loss_function=h.loss_function)
-        self.loss.make_value_estimator(ValueEstimators.TD0, gamma=h.gamma)
-        # TorchRL's HardUpdate copies when its counter (0, 1, ...) reaches the interval, i.e. every
-        # interval + 1 steps: interval - 1 makes the copy land after every target_update_interval-th step
-        self.target = (HardUpdate(self.loss, value_network_update_interval=h.target_update_interval - 1)
-                       if h.target_update == "hard" else SoftUpdate(self.loss, tau=h.tau))
+        masked = h.action_mask_key is not None
+        self.policy = EpsilonGreedyQPolicy(self.network, masked=masked, epsilon=h.epsilon)
+        self._policy = TensorDictModule(self.policy, in_keys=[*h.in_keys, *([h.action_mask_key] if masked else [])],
+                                        out_keys=["action"])
+        self.target = TargetNetwork(self.network, h.target_update, h.target_update_interval, h.tau)
 
     @property
-    def collector_policy(self) -> TensorDictSequential:
+    def collector_policy(self) -> TensorDictModule:
         return self._policy
 
     def prepare(self, specs: EnvSpecs) -> None:
@@ -187,12 +189,20 @@ class DQNModule(RLModule):
         Raises:
             ValueError: a multi-agent network built for another number of agents than the env's.
         """
-        if self._actor is None:
+        if self.target is None:
             expected = getattr(self.network, "num_agents", None)
             if expected is not None and expected != specs.num_agents:
                 raise ValueError(f"model.network.num_agents={expected} does not match the env: "
                                  f"env.num_agents={specs.num_agents} (e.g. the vacuum env's num_robots)")
             self.build(specs.action_spec, specs.example_observation, specs.agent_action_spec)
+
+    def replay_keys(self) -> list[NestedKey]:
+        """The loss's inputs: the network's inputs (and action mask) now and next, the action, the reward and
+        the done flags."""
+        h = self.hparams
+        keys = [*h.in_keys, *([h.action_mask_key] if h.action_mask_key is not None else [])]
+        done = ["done", "terminated", "truncated"]
+        return [*keys, "action", *done, *(("next", k) for k in [*keys, "reward", *done])]
 
     def replay_transform(self) -> MultiStepTransform | None:
         """The buffer transform of n-step returns (``n_step > 1``), with this module's gamma."""
@@ -201,37 +211,48 @@ class DQNModule(RLModule):
 
     def set_epsilon(self, epsilon: float) -> None:
         """Set the exploration rate of the collector's policy."""
-        self.egreedy.eps.fill_(float(epsilon))
+        self.policy.eps.fill_(float(epsilon))
 
     def epsilon(self) -> float:
-        return float(self.egreedy.eps)
+        return float(self.policy.eps)
 
     # ------------------------------------------------------------------ update
-    def training_step(self, batch: TensorDict, batch_idx: int) -> Tensor:
-        optimizer = self.optimizers()
+    def loss(self, batch: TensorDict) -> tuple[Tensor, Tensor]:
+        """:func:`modules.q_values.dqn_loss` of a sampled batch ``[N]``: the loss and each item's |TD error|
+        ``[N, 1]`` (the mean over the copies ``network.training_batch`` made of it)."""
+        h = self.hparams
         train = self.network.training_batch(batch) if hasattr(self.network, "training_batch") else batch
-        out = self.loss(train)
-        loss = out["loss"]
-        # each sampled item's priority for prioritised replay: |TD error| (DQNLoss writes its square), the
-        # mean over the copies training_batch made of it
-        td_error = train["td_error"].detach().sqrt().reshape(-1, *batch.shape, 1).mean(0)
+        loss, td_error = dqn_loss(self.network, self.target, train, h.in_keys, h.gamma, h.double_dqn,
+                                  h.loss_function, h.action_mask_key)
+        return loss, td_error.reshape(-1, *batch.shape, 1).mean(0)
+
+    def training_step(self, batch: TensorDict, batch_idx: int) -> Tensor:
+        """One optimiser step and target update per sampled batch of ``batch`` ``[K, N]``, in order; writes the
+        items' |TD error| into ``batch`` under ``td_error`` ``[K, N, 1]`` (for prioritised replay)."""
+        optimizer = self.optimizers()
+        losses, norms, errors = [], [], []
+        for sample in batch.unbind(0):
+            loss, td_error = self.loss(sample)
+            optimizer.zero_grad()
+            self.manual_backward(loss)
+            norms.append(torch.nn.utils.clip_grad_norm_(self._params, self.hparams.max_grad_norm))
+            optimizer.step()
+            self.target.step()
+            losses.append(loss.detach())
+            errors.append(td_error)
+        td_error = torch.stack(errors)
         batch.set("td_error", td_error)
-        optimizer.zero_grad()
-        self.manual_backward(loss)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.loss.parameters(), self.hparams.max_grad_norm)
-        optimizer.step()
-        self.target.step()
-        self.record("train/loss", loss.detach())
-        self.record("train/grad_norm", grad_norm)
-        self.record("train/td_error", td_error.mean())
+        k = len(losses)  # recorded as k values each: the logged means are over updates
+        self.record("train/loss", torch.stack(losses).mean(), k)
+        self.record("train/grad_norm", torch.stack(norms).mean(), k)
+        self.record("train/td_error", td_error.mean(), k)
         self.record("train/epsilon", self.epsilon())
-        return loss.detach()
+        return losses[-1]
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """The base state plus the hard target update's step counter (the target copy schedule)."""
         super().on_save_checkpoint(checkpoint)
-        if isinstance(self.target, HardUpdate):
-            checkpoint["rl_state"]["target_counter"] = int(self.target.counter)
+        checkpoint["rl_state"]["target_counter"] = self.target.counter
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
@@ -240,5 +261,6 @@ class DQNModule(RLModule):
             self.target.counter = int(counter)
 
     def configure_optimizers(self):
+        self._params = list(self.network.parameters())
         # fused: one kernel for all parameters (on CPU about 1 ms less per step for a 2 x 256 MLP)
-        return torch.optim.Adam(self.loss.parameters(), lr=self.hparams.lr, fused=True)
+        return torch.optim.Adam(self._params, lr=self.hparams.lr, fused=True)

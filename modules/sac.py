@@ -164,21 +164,27 @@ class SACModule(RLModule):
 
     # ------------------------------------------------------------------ update
     def training_step(self, batch: TensorDict, batch_idx: int) -> Tensor:
+        """One optimiser step and target update per sampled batch of ``batch`` ``[K, N]``, in order; with
+        prioritised replay the items' |TD error| is written into ``batch`` under ``td_error`` ``[K, N, 1]``."""
         optimizer = self.optimizers()
-        out = self.loss(batch)
-        loss = sum(out[k] for k in _LOSSES)
-        optimizer.zero_grad()
-        self.manual_backward(loss)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.loss.parameters(), self.hparams.max_grad_norm)
-        optimizer.step()
-        self.target.step()
-        for key in _LOSSES:
-            self.record(f"train/{key}", out[key].detach())
-        self.record("train/alpha", out["alpha"].detach())
-        self.record("train/entropy", out["entropy"].detach())
-        self.record("train/grad_norm", grad_norm)
-        if "td_error" in batch.keys():  # prioritised replay reads it
-            batch.set("td_error", batch["td_error"].detach().reshape(*batch.shape, -1)[..., :1])
+        errors = []
+        for sample in batch.unbind(0):
+            out = self.loss(sample)
+            loss = sum(out[k] for k in _LOSSES)
+            optimizer.zero_grad()
+            self.manual_backward(loss)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.loss.parameters(), self.hparams.max_grad_norm)
+            optimizer.step()
+            self.target.step()
+            for key in _LOSSES:
+                self.record(f"train/{key}", out[key].detach())
+            self.record("train/alpha", out["alpha"].detach())
+            self.record("train/entropy", out["entropy"].detach())
+            self.record("train/grad_norm", grad_norm)
+            if "td_error" in sample.keys():  # the loss wrote it; prioritised replay reads it
+                errors.append(sample["td_error"].detach().reshape(*sample.shape, -1)[..., :1])
+        if len(errors) == batch.shape[0]:
+            batch.set("td_error", torch.stack(errors))
         return loss.detach()
 
     def configure_optimizers(self):

@@ -18,7 +18,8 @@ from pipelines.data.replay import make_replay_buffer, store, update_priorities
 
 class OffPolicyDataModule(RLDataModule):
     """Off-policy pipeline: collect ``frames_per_batch`` -> ``buffer.extend`` -> ``utd_ratio`` sampled
-    batches of ``batch_size`` transitions per collected batch.
+    batches of ``batch_size`` transitions per collected batch, handed to the module's ``training_step`` as
+    ``[K, batch_size]`` stacks of K updates (:meth:`training_batches`).
 
     The first ``init_random_frames`` frames (all ranks) are collected with uniformly random (masked)
     actions and train nothing. The buffer (:func:`pipelines.data.replay.make_replay_buffer`) stores time-contiguous
@@ -90,7 +91,8 @@ class OffPolicyDataModule(RLDataModule):
             folder = None
             if self.storage == "memmap":
                 folder = os.path.join(self.scratch_dir or tempfile.mkdtemp(prefix="replay_"), f"rank{self.rank}")
-            self.buffer = make_replay_buffer(self.buffer_size, rows, self.batch_size, self.storage, folder,
+            sample_size = self.batch_size * (1 if self.prioritized else self.utd_ratio)  # see training_batches
+            self.buffer = make_replay_buffer(self.buffer_size, rows, sample_size, self.storage, folder,
                                              self.prioritized, self.priority_alpha, self.priority_beta, transform)
 
     def clear_replay(self) -> None:
@@ -104,26 +106,35 @@ class OffPolicyDataModule(RLDataModule):
 
     @property
     def steps_per_batch(self) -> int:
-        return self.utd_ratio
+        """Training steps per collected batch: one of ``utd_ratio`` updates with uniform sampling; ``utd_ratio``
+        of one update each with prioritised replay (each update's priorities change the next sample)."""
+        return self.utd_ratio if self.prioritized else 1
 
     def num_training_steps(self) -> int:
-        """Sampled batches of the whole run: collected batches after the warm-up times ``utd_ratio``."""
+        """Training steps of the whole run: collected batches after the warm-up times :attr:`steps_per_batch`."""
         world = self.trainer.world_size if self.trainer is not None else 1
         warmup = self.init_random_frames // (self.frames_per_batch * world)  # batches with frames <= warm-up
-        return max(self.num_batches - warmup, 0) * self.utd_ratio
+        return max(self.num_batches - warmup, 0) * self.steps_per_batch
 
     def training_batches(self) -> Iterator[TensorDict]:
+        """Sampled batches ``[K, batch_size]`` for K updates each: after every collected batch, one stack of all
+        ``utd_ratio`` samples drawn at once (uniform sampling with replacement: the same distribution as
+        ``utd_ratio`` draws, the buffer does not change in between), or, with prioritised replay, ``utd_ratio``
+        stacks of one, the priorities updated after each."""
         module = self.trainer.lightning_module
         for batch in self.batches():
             store(self.buffer, batch, module.replay_keys(), self.num_agents)
             if module.collected_frames <= self.init_random_frames:
                 continue
+            if not self.prioritized:
+                self.check_stop()
+                yield self.buffer.sample().reshape(self.utd_ratio, self.batch_size)
+                continue
             for _ in range(self.utd_ratio):
                 self.check_stop()
-                sample = self.buffer.sample()
+                sample = self.buffer.sample().unsqueeze(0)
                 yield sample  # the generator resumes after the training step on it (no fetch-ahead)
-                if self.prioritized:
-                    update_priorities(self.buffer, sample)
+                update_priorities(self.buffer, sample[0])
 
     def state_dict(self) -> dict:
         """The base state (env stream) plus the replay buffer's contents."""

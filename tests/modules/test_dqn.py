@@ -57,13 +57,13 @@ def test_loss_bootstraps_with_gamma_to_the_power_of_the_steps(terminated):
         for p in module.network.parameters():
             p.zero_()
         module.network.advantage.bias.copy_(torch.tensor([2.0, 5.0]))
-    module.loss.target_value_network_params.update_(module.loss.value_network_params.data)
+    module.target.copy_source()
     td = TensorDict(observation=torch.randn(4, 3), action=torch.tensor([0, 1, 0, 1]),
                     steps_to_next_obs=torch.tensor([[1], [2], [3], [2]]),
                     next=TensorDict(observation=torch.randn(4, 3), reward=torch.ones(4, 1),
                                     done=torch.full((4, 1), terminated), terminated=torch.full((4, 1), terminated),
                                     batch_size=[4]), batch_size=[4])
-    loss = module.loss(td)["loss"]
+    loss, _ = module.loss(td)
     q = torch.tensor([2.0, 5.0, 2.0, 5.0])
     k = torch.tensor([1.0, 2.0, 3.0, 2.0])
     target = 1.0 + (0.0 if terminated else 1.0) * 0.9**k * 5.0
@@ -90,8 +90,7 @@ def test_hard_target_update_copies_after_every_interval_th_step():
         with torch.no_grad():
             module.network.advantage.bias.add_(1.0)  # an "optimiser step"
         module.target.step()
-        online = module.loss.value_network_params.flatten_keys()
-        target = module.loss.target_value_network_params.flatten_keys()
-        if all(torch.equal(online[k], target[k]) for k in online.keys()):
+        pairs = zip(module.network.parameters(), module.target.network.parameters(), strict=True)
+        if all(torch.equal(online, target) for online, target in pairs):
             copied.append(step)
     assert copied == [3, 6, 9]

@@ -75,7 +75,8 @@ def test_pendulum_config_runs_resumes_and_evaluates(tmp_path, capsys):
             "--model.init_args.network.init_args.critic_hidden_dims=[32, 32]",
             f"--trainer.logger.init_args.save_dir={tmp_path}"]
     cli = main([*args, "--data.init_args.total_frames=400"])
-    assert cli.trainer.global_step == (400 - 104) // 8 * 8 == cli.datamodule.num_training_steps()
+    assert cli.trainer.global_step == (400 - 104) // 8 * 8  # 8 updates per collected batch, in one training step
+    assert cli.datamodule.num_training_steps() == (400 - 104) // 8
     assert set(cli.model.latest_metrics) >= {"train/loss_actor", "train/loss_qvalue", "train/alpha", "train/entropy"}
     last = tmp_path / "pendulum_sac" / "version_0" / "checkpoints" / "epoch=0-step=200.ckpt"
     assert torch.load(last, weights_only=False)["rl_state"]["collected_frames"] == 104 + 200  # 8 updates per 8 frames

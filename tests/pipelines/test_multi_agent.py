@@ -91,7 +91,7 @@ def test_independent_networks_route_rows_and_all_train_on_every_batch():
     train = net.training_batch(batch)
     assert train.shape == (18,)
     assert torch.equal(train["agent_id"].argmax(-1), torch.arange(3).repeat_interleave(6))
-    module.loss(train)["loss"].backward()
+    module.loss(batch)[0].backward()  # the module makes the per-agent copies itself
     for head in net.heads:
         assert head.advantage.weight.grad is not None and head.advantage.weight.grad.abs().sum() > 0
     shared = MultiAgentQNetwork(3, 5, parameter_sharing=True)

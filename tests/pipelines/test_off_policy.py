@@ -31,8 +31,10 @@ def test_warmup_updates_epsilon_and_buffer_resume(tmp_path):
     full = _run(tmp_path / "a", "--data.init_args.total_frames=1920")
     data, module = full.datamodule, full.model
     assert module.collected_frames == 1920
-    # 30 batches of 64 frames; the first 8 (512 frames) are random warm-up; 2 updates per batch after it
-    assert full.trainer.global_step == (30 - 8) * 2 == data.num_training_steps()
+    # 30 batches of 64 frames; the first 8 (512 frames) are random warm-up; 2 updates per batch after it, both
+    # in one training step
+    assert full.trainer.global_step == (30 - 8) * 2
+    assert data.num_training_steps() == 30 - 8 == full.trainer.fit_loop.epoch_loop.batch_progress.total.completed
     assert len(data.buffer) == 1920 - 4 * 3  # n_step = 3: the last 3 steps of each of the 4 rows are held back
     assert module.epsilon() == pytest.approx(1.0 - 0.95 * 1920 / 2000)
     ckpt_dir = tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints"
@@ -48,7 +50,7 @@ def test_warmup_updates_epsilon_and_buffer_resume(tmp_path):
     stored = buffer.storage[: len(buffer) // 4]
     assert torch.equal(stored["observation"], saved["_storage"]["_storage"]["observation"][: len(buffer) // 4])
     assert resumed.model.epsilon() == pytest.approx(1.0 - 0.95 * frames / 2000)
-    assert resumed.model.epsilon() == pytest.approx(float(state["state_dict"]["egreedy.eps"]))
+    assert resumed.model.epsilon() == pytest.approx(float(state["state_dict"]["policy.eps"]))
     # the hard target copy keeps its schedule: 20 updates done, the next copy after update 128
     assert state["rl_state"]["target_counter"] == 20 == resumed.model.target.counter
 

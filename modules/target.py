@@ -1,0 +1,69 @@
+"""Target networks (Mnih et al. 2015, Methods "target network"; Lillicrap et al. 2016, "Continuous control
+with deep reinforcement learning", eq. 7 for the soft update): a frozen copy of a network that a loss reads
+directly, with no parameter swapping per call."""
+
+from __future__ import annotations
+
+import copy
+from typing import Literal
+
+import torch
+from torch import nn
+
+
+class TargetNetwork(nn.Module):
+    """A frozen copy of ``source``, called like it, updated by :meth:`step` after every optimiser step.
+
+    * ``hard``: the copy takes ``source``'s parameters and buffers after every ``interval``-th :meth:`step`
+      (``counter`` counts the steps since the last copy: an owner that resumes training saves it).
+    * ``soft``: Polyak averaging at every step, target <- (1 - tau) target + tau source.
+
+    ``source`` is not registered as a submodule (its parameters stay its owner's), so a module holding both
+    has each parameter once in its ``state_dict``.
+
+    Args:
+        source: the online network, already shaped (lazy layers initialised).
+        update: ``hard`` or ``soft``. interval: hard copy period in steps (>= 1). tau: soft update rate in (0, 1].
+
+    Raises:
+        ValueError: an unknown ``update``, ``interval`` < 1 or ``tau`` outside (0, 1].
+    """
+
+    def __init__(self, source: nn.Module, update: Literal["hard", "soft"] = "soft", interval: int = 1,
+                 tau: float = 0.005) -> None:
+        super().__init__()
+        if update not in ("hard", "soft"):
+            raise ValueError(f"target update={update!r} is not allowed: one of hard, soft")
+        if interval < 1 or not 0 < tau <= 1:
+            raise ValueError(f"target update: interval >= 1 and tau in (0, 1] required (got {interval}, {tau})")
+        self.network = copy.deepcopy(source).requires_grad_(False)
+        self._source = (source,)  # a tuple: not a submodule
+        self.update, self.interval, self.tau = update, int(interval), float(tau)
+        self.counter = 0
+
+    def forward(self, *args, **kwargs):
+        return self.network(*args, **kwargs)
+
+    def _pairs(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        source = self._source[0]
+        return ([*self.network.parameters(), *self.network.buffers()],
+                [*source.parameters(), *source.buffers()])
+
+    @torch.no_grad()
+    def copy_source(self) -> None:
+        """Make the copy equal to ``source`` now."""
+        for target, source in zip(*self._pairs()):
+            target.copy_(source)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """The update after one optimiser step of ``source``."""
+        if self.update == "soft":
+            targets, sources = self._pairs()
+            floats = [(t, s) for t, s in zip(targets, sources) if t.is_floating_point()]
+            torch._foreach_lerp_([t for t, _ in floats], [s for _, s in floats], self.tau)
+            return
+        self.counter += 1
+        if self.counter >= self.interval:
+            self.copy_source()
+            self.counter = 0
