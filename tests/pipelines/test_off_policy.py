@@ -150,3 +150,17 @@ def test_memmap_storage_writes_to_scratch_dir_and_resumes(tmp_path):
     assert len(buffer) == saved["_len"] > 0
     rows = len(buffer) // 4
     assert torch.equal(buffer.storage[:rows]["observation"], torch.as_tensor(saved["_storage"]["observation"][:rows]))
+
+
+def test_checkpoints_follow_optimiser_steps_when_a_training_step_takes_several(tmp_path):
+    """3 updates per training step, a checkpoint every 10 updates: one after every training step that reached a
+    multiple of 10 (steps 12, 21, 30, ...), where Lightning's own rule (the count is a multiple) saves at 30 and 60
+    only."""
+    run = _run(tmp_path, "--data.init_args.total_frames=1920", "--data.init_args.utd_ratio=3",
+               "--trainer.callbacks.every_n_train_steps=10")
+    assert run.trainer.global_step == (30 - 8) * 3
+    folder = tmp_path / "cartpole_dqn" / "version_0" / "checkpoints"
+    steps = sorted(int(p.stem.split("step=")[1]) for p in folder.glob("epoch=*.ckpt"))
+    assert steps == [12, 21, 30, 42, 51, 60]
+    saved = torch.load(folder / "epoch=0-step=21.ckpt", weights_only=True)
+    assert saved["global_step"] == 21 and saved["rl_state"]["target_counter"] == 21
