@@ -1,9 +1,12 @@
 """Soft actor-critic on the off-policy pipeline: continuous actions (Haarnoja et al. 2018, "Soft
 Actor-Critic Algorithms and Applications", arXiv:1812.05905: tanh-Gaussian actor, twin Q-networks,
-learned temperature) on TorchRL's ``SACLoss``, and discrete actions (Christodoulou 2019, "Soft
-Actor-Critic for Discrete Action Settings", arXiv:1910.07207) on TorchRL's ``DiscreteSACLoss``."""
+learned temperature) and discrete actions (Christodoulou 2019, "Soft Actor-Critic for Discrete Action
+Settings", arXiv:1910.07207). The update is :mod:`modules.sac_loss`, tested equal to TorchRL's ``SACLoss``
+and ``DiscreteSACLoss``."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 from tensordict import TensorDict
@@ -11,13 +14,14 @@ from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import Tensor, nn
 from torch.distributions import Categorical as TorchCategorical
 from torchrl.data import Bounded, Categorical, OneHot
-from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
-from torchrl.objectives import DiscreteSACLoss, SACLoss, SoftUpdate, ValueEstimators
+from torchrl.modules import ProbabilisticActor, TanhNormal
 
 from envs import EnvSpecs
 from modules.base import RLModule
+from modules.sac_loss import Critics, continuous_sac_loss, discrete_sac_loss
+from modules.target import TargetNetwork
 
-_LOSSES = ("loss_actor", "loss_qvalue", "loss_alpha")
+_RECORDED = ("loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy")
 
 
 def _mlp(out_features: int, hidden_dims: tuple[int, ...]) -> nn.Sequential:
@@ -77,13 +81,13 @@ class SACModule(RLModule):
     """SAC on sampled replay batches (``pipelines.data.OffPolicyDataModule``).
 
     The collector runs the stochastic actor (exploration); evaluation runs it deterministically (the
-    squashed mean, or the most likely action). ``training_step`` sums the actor, critic and temperature
-    losses (each loss only reaches its own parameters: TorchRL detaches the critic in the actor loss),
-    takes one Adam step with a learning rate per group, and then the soft target update (Polyak ``tau``).
-    The action spec decides the variant: ``Bounded`` (continuous, ``SACLoss``; the tanh squashing maps
-    to the spec's low and high) or ``Categorical`` / ``OneHot`` (discrete, ``DiscreteSACLoss``). The
-    target entropy is TorchRL's default (-A for continuous actions, a fraction of log A for discrete
-    ones).
+    squashed mean, or the most likely action). ``training_step`` gets ``[K, N]`` sampled batches (K updates)
+    and, for each, sums the actor, critic and temperature losses of :mod:`modules.sac_loss` (each loss only
+    reaches its own parameters: the critics are frozen in the actor loss), takes one Adam step with a learning
+    rate per group, and then the soft target update of the critics (Polyak ``tau``). The action spec decides
+    the variant: ``Bounded`` (continuous; the tanh squashing maps to the spec's low and high) or
+    ``Categorical`` / ``OneHot`` (discrete). The target entropy is TorchRL's default (-A for continuous
+    actions, 0.98 log A for discrete ones).
 
     Args:
         network: the actor and critic MLPs (:class:`SACNetworks`).
@@ -115,43 +119,62 @@ class SACModule(RLModule):
         self._actor: ProbabilisticActor | None = None
 
     def build(self, action_spec, observation: TensorDict) -> None:
-        """Build actor, critic, loss and target updater for the env's per-sample ``action_spec``, after
+        """Build the actor (the collector's policy), the critics (``num_qvalue_nets`` copies of the network's
+        critic), their soft-updated targets and the temperature for the env's per-sample ``action_spec``, after
         shaping the lazy layers on an example ``observation``."""
         h = self.hparams
         discrete = isinstance(action_spec, (Categorical, OneHot))
+        obs = observation.get(h.observation_key)
         if discrete:
             n = int(action_spec.space.n)
             self.network.build(n, discrete=True)
             module = TensorDictModule(self.network.actor, [h.observation_key], ["logits"])
             self._actor = ProbabilisticActor(module, in_keys=["logits"], spec=action_spec,
                                              distribution_class=TorchCategorical, return_log_prob=False)
-            critic = TensorDictModule(self.network.critic, [h.observation_key], ["action_value"])
             with torch.no_grad():
-                self._actor(observation.clone())
-                critic(observation.clone())
-            self.loss = DiscreteSACLoss(self._actor, critic, action_space=action_spec, num_actions=n,
-                                        num_qvalue_nets=h.num_qvalue_nets, alpha_init=h.alpha_init,
-                                        fixed_alpha=h.fixed_alpha)
+                self.network.actor(obs)
+                self.network.critic(obs)
+            target_entropy = -math.log(1.0 / n) * 0.98  # TorchRL DiscreteSACLoss's default
         elif isinstance(action_spec, Bounded) and action_spec.domain == "continuous":
             dim = int(action_spec.shape[-1])
             self.network.build(dim, discrete=False)
             module = TensorDictModule(self.network.actor, [h.observation_key], ["loc", "scale"])
-            low, high = action_spec.space.low, action_spec.space.high
+            self.register_buffer("action_low", action_spec.space.low.clone())
+            self.register_buffer("action_high", action_spec.space.high.clone())
             self._actor = ProbabilisticActor(module, in_keys=["loc", "scale"], spec=action_spec,
                                              distribution_class=TanhNormal,
-                                             distribution_kwargs={"low": low, "high": high}, return_log_prob=False)
-            critic = ValueOperator(self.network.critic, in_keys=[h.observation_key, "action"])
+                                             distribution_kwargs={"low": self.action_low, "high": self.action_high},
+                                             return_log_prob=False)
             with torch.no_grad():
-                example = self._actor(observation.clone())
-                critic(example)
-            self.loss = SACLoss(self._actor, critic, num_qvalue_nets=h.num_qvalue_nets, action_spec=action_spec,
-                                alpha_init=h.alpha_init, fixed_alpha=h.fixed_alpha, deactivate_vmap=True)
+                self.network.critic(obs, self._actor(observation.clone())["action"])
+            target_entropy = -float(dim)  # TorchRL SACLoss's default: -A
         else:
             raise ValueError(f"SACModule needs a bounded continuous (Bounded) or a discrete (Categorical, OneHot) "
                              f"action spec, got {type(action_spec).__name__}")
-        self.loss.make_value_estimator(ValueEstimators.TD0, gamma=h.gamma)
-        self.loss.target_entropy  # noqa: B018 (registers its lazily made buffer, so checkpoints load into a new module)
-        self.target = SoftUpdate(self.loss, tau=h.tau)
+        self.discrete = discrete
+        self.critics = Critics(self.network.critic, h.num_qvalue_nets)
+        self.target = TargetNetwork(self.critics, "soft", tau=h.tau)
+        log_alpha = torch.tensor(math.log(h.alpha_init))
+        if h.fixed_alpha:
+            self.register_buffer("log_alpha", log_alpha)
+        else:
+            self.log_alpha = nn.Parameter(log_alpha)
+        self.register_buffer("target_entropy", torch.tensor(target_entropy))
+
+    def replay_keys(self) -> list:
+        """The loss's inputs: the observation now and next, the action, the reward and the done flags."""
+        key, done = self.hparams.observation_key, ["done", "terminated", "truncated"]
+        return [key, "action", *done, *(("next", k) for k in [key, "reward", *done])]
+
+    def loss(self, batch: TensorDict) -> dict[str, Tensor]:
+        """:func:`modules.sac_loss.continuous_sac_loss` or :func:`~modules.sac_loss.discrete_sac_loss` of a
+        sampled batch ``[N]``."""
+        h = self.hparams
+        if self.discrete:
+            return discrete_sac_loss(self.network.actor, self.critics, self.target, batch, self.log_alpha,
+                                     self.target_entropy, h.gamma, h.observation_key)
+        return continuous_sac_loss(self.network.actor, self.critics, self.target, batch, self.log_alpha,
+                                   self.target_entropy, h.gamma, self.action_low, self.action_high, h.observation_key)
 
     @property
     def collector_policy(self) -> ProbabilisticActor:
@@ -164,34 +187,31 @@ class SACModule(RLModule):
 
     # ------------------------------------------------------------------ update
     def training_step(self, batch: TensorDict, batch_idx: int) -> Tensor:
-        """One optimiser step and target update per sampled batch of ``batch`` ``[K, N]``, in order; with
-        prioritised replay the items' |TD error| is written into ``batch`` under ``td_error`` ``[K, N, 1]``."""
+        """One optimiser step and target update per sampled batch of ``batch`` ``[K, N]``, in order; writes the
+        items' |TD error| (max over the critics) into ``batch`` under ``td_error`` ``[K, N, 1]`` (for prioritised
+        replay)."""
         optimizer = self.optimizers()
-        errors = []
+        records, errors = [], []
         for sample in batch.unbind(0):
             out = self.loss(sample)
-            loss = sum(out[k] for k in _LOSSES)
+            loss = out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]
             optimizer.zero_grad()
             self.manual_backward(loss)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.loss.parameters(), self.hparams.max_grad_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self._params, self.hparams.max_grad_norm)
             optimizer.step()
             self.target.step()
-            for key in _LOSSES:
-                self.record(f"train/{key}", out[key].detach())
-            self.record("train/alpha", out["alpha"].detach())
-            self.record("train/entropy", out["entropy"].detach())
-            self.record("train/grad_norm", grad_norm)
-            if "td_error" in sample.keys():  # the loss wrote it; prioritised replay reads it
-                errors.append(sample["td_error"].detach().reshape(*sample.shape, -1)[..., :1])
-        if len(errors) == batch.shape[0]:
-            batch.set("td_error", torch.stack(errors))
+            records.append(torch.stack([*(out[k].detach() for k in _RECORDED), grad_norm]))
+            errors.append(out["td_error"].unsqueeze(-1))
+        batch.set("td_error", torch.stack(errors))
+        means = torch.stack(records).mean(0)  # recorded as len(records) values each: means over updates
+        for key, value in zip([*_RECORDED, "grad_norm"], means.unbind(0)):
+            self.record(f"train/{key}", value, len(records))
         return loss.detach()
 
     def configure_optimizers(self):
-        h, groups = self.hparams, {"actor": [], "qvalue": [], "alpha": []}
-        for name, param in self.loss.named_parameters():
-            group = "actor" if name.startswith("actor_network_params") else (
-                "qvalue" if name.startswith("qvalue_network_params") else "alpha")
-            groups[group].append(param)
-        lrs = {"actor": h.actor_lr, "qvalue": h.critic_lr, "alpha": h.alpha_lr}
-        return torch.optim.Adam([{"params": p, "lr": lrs[g]} for g, p in groups.items() if p], fused=True)
+        h = self.hparams
+        groups = [(list(self.network.actor.parameters()), h.actor_lr), (list(self.critics.parameters()), h.critic_lr)]
+        if not h.fixed_alpha:
+            groups.append(([self.log_alpha], h.alpha_lr))
+        self._params = [p for params, _ in groups for p in params]
+        return torch.optim.Adam([{"params": params, "lr": lr} for params, lr in groups], fused=True)

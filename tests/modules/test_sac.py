@@ -40,17 +40,16 @@ def test_one_update_moves_actor_critics_temperature_and_targets(discrete):
     spec = Categorical(3) if discrete else Bounded(-2.0, 2.0, shape=(1,))
     module = SACModule(SACNetworks((16,), (16,)), actor_lr=1e-2, critic_lr=1e-2, alpha_lr=1e-2, tau=0.5)
     module.build(spec, TensorDict(observation=torch.zeros(4, 3), batch_size=[4]))
-    loss = module.loss
-    before = {k: v.detach().clone() for k, v in loss.named_parameters()}
-    target_before = loss.target_qvalue_network_params.clone()
+    before = {k: v.detach().clone() for k, v in module.named_parameters()}
+    target_before = [p.clone() for p in module.target.parameters()]
     action = torch.randint(3, (32,)) if discrete else spec.rand((32,))
     _step(module, _batch(32, action))
-    moved = {k for k, v in loss.named_parameters() if not torch.equal(v, before[k])}
-    assert any(k.startswith("actor_network_params") for k in moved)
-    assert any(k.startswith("qvalue_network_params") for k in moved)
+    moved = {k for k, v in module.named_parameters() if not torch.equal(v, before[k])}
+    assert any(k.startswith("network.actor") for k in moved)
+    assert {k.split(".")[2] for k in moved if k.startswith("critics.nets")} == {"0", "1"}  # both twin critics
     assert "log_alpha" in moved
-    after = loss.target_qvalue_network_params.flatten_keys()
-    assert any(not torch.equal(after[k], v) for k, v in target_before.flatten_keys().items())  # soft update
+    assert not any(k.startswith("network.critic") for k in moved)  # the template is not trained
+    assert any(not torch.equal(p, q) for p, q in zip(module.target.parameters(), target_before))  # soft update
     # the collector's actions respect the spec: in [-2, 2] (tanh squashing to the bounds) or valid indices
     with torch.no_grad():
         acted = module.collector_policy(TensorDict(observation=torch.randn(256, 3) * 10, batch_size=[256]))["action"]
