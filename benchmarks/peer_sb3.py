@@ -1,8 +1,9 @@
-"""Peer benchmark: the same DQN or SAC run here and in Stable-Baselines3, in one command.
+"""Peer benchmark: the same DQN, SAC or PPO run here and in Stable-Baselines3, in one command.
 
     python benchmarks/peer_sb3.py [--config configs/cartpole_dqn.yaml] [--total_frames N] [--episodes 32]
         [--seed S] [--eval_seed S] [--quick]
     python benchmarks/peer_sb3.py --config configs/pendulum_sac.yaml    # SAC on Pendulum-v1
+    python benchmarks/peer_sb3.py --config configs/cartpole_ppo.yaml    # PPO on CartPole-v1 (8 envs)
 
 Needs the ``bench`` extra (``pip install -e .[bench]``: stable-baselines3). Each trainer runs in its own
 spawned process with ``torch.set_num_threads(1)``, so peak memory (``ru_maxrss`` of that process) and
@@ -10,9 +11,9 @@ thread settings are per trainer:
 
 * ours: ``pipelines.fit.main`` on a temporary copy of the config without logger, checkpoints,
   progress bar and evaluation callbacks (only ``callbacks.EpsilonDecay`` is kept);
-* SB3: ``stable_baselines3.DQN`` or ``SAC`` (by the config's model) with hyper-parameters read from the same
-  YAML (:func:`dqn_hyperparameters` and :func:`sac_hyperparameters` document the mappings; settings SB3
-  cannot mirror stop the script).
+* SB3: ``stable_baselines3.DQN``, ``SAC`` or ``PPO`` (by the config's model) with hyper-parameters read from the
+  same YAML (:func:`dqn_hyperparameters`, :func:`sac_hyperparameters` and :func:`ppo_hyperparameters` document
+  the mappings; settings SB3 cannot mirror stop the script).
 
 ``steps_per_s`` is collected env frames over the wall time of building the trainer plus the whole
 training (imports and evaluation excluded); ``ratio`` is ours / SB3. Both trained policies are then
@@ -75,7 +76,10 @@ def sb3_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
         return sac_hyperparameters(config, total_frames, seed)
     if model_class.endswith("DQNModule"):
         return dqn_hyperparameters(config, total_frames, seed)
-    raise ValueError(f"model {model_class} has no SB3 peer here: modules.dqn.DQNModule or modules.sac.SACModule")
+    if model_class.endswith("PPOModule"):
+        return ppo_hyperparameters(config, total_frames, seed)
+    raise ValueError(f"model {model_class} has no SB3 peer here: modules.dqn.DQNModule, modules.sac.SACModule or "
+                     f"modules.ppo.PPOModule")
 
 
 def sac_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dict, list[str]]:
@@ -192,6 +196,55 @@ def dqn_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
     return hp, caveats
 
 
+def ppo_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dict, list[str]]:
+    """SB3 ``PPO`` keyword arguments for a PPO config of this framework, and the known differences.
+
+    Mapping (ours -> SB3): ``num_envs`` -> ``n_envs``, ``frames_per_batch / num_envs`` -> ``n_steps``,
+    ``mini_batch_size`` -> ``batch_size``, ``ppo_epochs`` -> ``n_epochs``, ``gamma``, ``gae_lambda``,
+    ``clip_epsilon`` (``clip_schedule: linear`` -> ``lin_<clip>``) -> ``clip_range``, ``lr`` (``lr_schedule:
+    linear`` -> ``lin_<lr>``) -> ``learning_rate``, ``entropy_coeff`` -> ``ent_coef``, ``critic_coeff`` ->
+    ``vf_coef``, ``max_grad_norm``, ``normalize_advantage``; ``MLPActorCritic``'s ``hidden_dims``,
+    ``activation`` and ``orthogonal_init`` -> ``policy_kwargs`` (``net_arch`` pi / vf, ``activation_fn``,
+    ``ortho_init``). Both schedules decay with the frames collected so far, read once per collected batch.
+
+    Raises:
+        ValueError: a setting SB3's PPO cannot mirror (the message names it).
+    """
+    model, data = resolve(config["model"]), resolve(config["data"])
+    network, env = resolve(model["network"]), resolve(data["env"])
+    problems = []
+    if not model["network"]["class_path"].endswith(".MLPActorCritic"):
+        problems.append("network must be modules.actor_critic.MLPActorCritic (SB3's MlpPolicy)")
+    if model["action_mask_key"] is not None:
+        problems.append("model.action_mask_key (SB3's PPO has no action masks)")
+    if model["loss_critic_type"] != "l2" or model["reward_scale"] != 1.0:
+        problems.append("model.loss_critic_type must be l2 and model.reward_scale 1 (SB3: MSE value loss, raw rewards)")
+    if not data["env"]["class_path"].endswith("GymConfig"):
+        problems.append(f"env {data['env']['class_path']} (needs envs.gym.GymConfig: a gymnasium id)")
+    if problems:
+        raise ValueError("the config has settings SB3's PPO cannot mirror: " + "; ".join(problems))
+
+    def schedule(value: float, kind: str) -> float | str:
+        return f"lin_{value}" if kind == "linear" else value
+
+    hp = {
+        "algorithm": "PPO", "env_id": env["env_id"], "n_envs": data["num_envs"], "total_timesteps": total_frames,
+        "seed": seed, "n_steps": data["frames_per_batch"] // data["num_envs"], "batch_size": data["mini_batch_size"],
+        "n_epochs": data["ppo_epochs"], "gamma": model["gamma"], "gae_lambda": model["gae_lambda"],
+        "clip_range": schedule(model["clip_epsilon"], model["clip_schedule"]),
+        "learning_rate": schedule(model["lr"], model["lr_schedule"]), "ent_coef": model["entropy_coeff"],
+        "vf_coef": model["critic_coeff"], "max_grad_norm": model["max_grad_norm"],
+        "normalize_advantage": model["normalize_advantage"],
+        "policy_kwargs": {"net_arch": {"pi": list(network["hidden_dims"]), "vf": list(network["hidden_dims"])},
+                          "activation_fn": network["activation"], "ortho_init": network["orthogonal_init"]},
+    }
+    caveats = [
+        "SB3's PPO builds Adam with eps 1e-5, ours with torch's default 1e-8",
+        "both evaluate the final policy (the config's PolicyEvaluation / best.ckpt is left out)",
+    ]
+    return hp, caveats
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process so far (``ru_maxrss``, KiB on Linux), MiB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -254,13 +307,20 @@ class SB3Policy:
 
 
 def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int) -> dict:
-    """Train SB3's DQN or SAC (``hp["algorithm"]``) with ``hp`` and play its greedy policy on ``env_spec``; runs
+    """Train SB3's DQN, SAC or PPO (``hp["algorithm"]``) with ``hp`` and play its greedy policy on ``env_spec``; runs
     in its own process."""
     torch.set_num_threads(1)
     import stable_baselines3  # optional dependency (the bench extra)
     from stable_baselines3.common.env_util import make_vec_env
 
     hp = dict(hp)
+    for key in ("learning_rate", "clip_range"):  # "lin_<x>": RL Zoo's linear decay to 0 (SB3 passes 1 -> 0)
+        if isinstance(hp.get(key), str) and hp[key].startswith("lin_"):
+            start_value = float(hp[key][4:])
+            hp[key] = lambda progress_remaining, v=start_value: progress_remaining * v
+    kwargs = hp.get("policy_kwargs") or {}
+    if isinstance(kwargs.get("activation_fn"), str):
+        hp["policy_kwargs"] = {**kwargs, "activation_fn": {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[kwargs["activation_fn"]]}
     algorithm = getattr(stable_baselines3, hp.pop("algorithm"))
     env_id, n_envs, total, seed = hp.pop("env_id"), hp.pop("n_envs"), hp.pop("total_timesteps"), hp.pop("seed")
     start = time.perf_counter()
@@ -291,7 +351,7 @@ def isolated(fn, *args):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=CONFIG, help="a DQN or SAC fit config on a gymnasium env")
+    parser.add_argument("--config", default=CONFIG, help="a DQN, SAC or PPO fit config on a gymnasium env")
     parser.add_argument("--total_frames", type=int, default=None, help="budget in env frames (default: the config's)")
     parser.add_argument("--episodes", type=int, default=None, help="greedy evaluation episodes (default 32, quick 8)")
     parser.add_argument("--seed", type=int, default=None, help="training seed of both (default: the config's data seed)")
@@ -306,7 +366,7 @@ def main() -> None:
     data = resolve(config["data"])
     total = args.total_frames or data["total_frames"]
     if args.quick and args.total_frames is None:
-        total = (-(-data["init_random_frames"] // data["frames_per_batch"]) + 4) * data["frames_per_batch"]
+        total = (-(-data.get("init_random_frames", 0) // data["frames_per_batch"]) + 4) * data["frames_per_batch"]
     episodes = args.episodes or (8 if args.quick else 32)
     seed = data["seed"] if args.seed is None else args.seed
     hp, caveats = sb3_hyperparameters(config, total, seed)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 
+import torch
 from torch import Tensor, nn
 
 
@@ -32,3 +34,61 @@ class ActorCriticNetwork(nn.Module):
     @abstractmethod
     def value(self, hidden: Tensor) -> Tensor:
         """Hidden state -> state value ``[*B, 1]``."""
+
+
+class MLPActorCritic(ActorCriticNetwork):
+    """Separate actor and critic MLPs on a flat observation (Stable-Baselines3's ``MlpPolicy`` for PPO):
+    the "encoder" passes the observation ``[*B, F]`` through, the policy MLP maps it to logits ``[*B, A]`` and
+    the value MLP to ``[*B, 1]``. Input width is lazy.
+
+    With ``orthogonal_init`` the linear layers start orthogonal with gain sqrt(2) in the hidden layers, 0.01 in
+    the policy output and 1 in the value output, zero biases (the initialisation of SB3's PPO, after
+    Andrychowicz et al. 2021, "What matters in on-policy RL", sec. 3.2).
+
+    Args:
+        num_actions: A. hidden_dims: hidden widths of each MLP. activation: ``tanh`` or ``relu``.
+        observation_key: the observation entry. orthogonal_init: as above (else PyTorch's default).
+    """
+
+    def __init__(self, num_actions: int, hidden_dims: tuple[int, ...] = (64, 64), activation: str = "tanh",
+                 observation_key: str = "observation", orthogonal_init: bool = True) -> None:
+        super().__init__()
+        if activation not in ("tanh", "relu"):
+            raise ValueError(f"model.network.activation={activation!r} is not allowed: one of tanh, relu")
+        act = nn.Tanh if activation == "tanh" else nn.ReLU
+        self.in_keys = [observation_key]
+        self.orthogonal_init = orthogonal_init
+
+        def mlp(out: int) -> nn.Sequential:
+            layers: list[nn.Module] = []
+            for width in hidden_dims:
+                layers += [nn.LazyLinear(width), act()]
+            return nn.Sequential(*layers, nn.LazyLinear(out))
+
+        self.actor, self.critic = mlp(num_actions), mlp(1)
+        self._initialised = not orthogonal_init
+
+    def encode(self, observation: Tensor) -> Tensor:
+        return observation
+
+    def policy(self, hidden: Tensor) -> Tensor:
+        self._initialise(hidden)
+        return self.actor(hidden)
+
+    def value(self, hidden: Tensor) -> Tensor:
+        self._initialise(hidden)
+        return self.critic(hidden)
+
+    def _initialise(self, observation: Tensor) -> None:
+        """Orthogonal initialisation, once the lazy layers know their input width (first call)."""
+        if self._initialised:
+            return
+        with torch.no_grad():
+            self.actor(observation[:1])
+            self.critic(observation[:1])
+            for net, last_gain in ((self.actor, 0.01), (self.critic, 1.0)):
+                linears = [m for m in net if isinstance(m, nn.Linear)]
+                for i, layer in enumerate(linears):
+                    nn.init.orthogonal_(layer.weight, gain=last_gain if i == len(linears) - 1 else math.sqrt(2))
+                    nn.init.zeros_(layer.bias)
+        self._initialised = True

@@ -1,5 +1,6 @@
 """PPO (Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347) with
-GAE (Schulman et al. 2016, arXiv:1506.02438), on TorchRL's ``ClipPPOLoss`` and ``GAE``."""
+GAE (Schulman et al. 2016, arXiv:1506.02438), on TorchRL's ``GAE``; the update is
+:func:`modules.ppo_loss.ppo_loss`, tested equal to TorchRL's ``ClipPPOLoss``."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import Tensor
 from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
-from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
 from envs import EnvSpecs
 from modules.actor_critic import ActorCriticNetwork
 from modules.base import RLModule
+from modules.ppo_loss import ppo_loss
 
 _DIAGNOSTICS = ("entropy", "kl_approx", "clip_fraction", "explained_variance")
 
@@ -33,7 +34,9 @@ class PPOModule(RLModule):
         lr: Adam learning rate.
         lr_schedule: ``constant`` or ``linear`` decay to 0 over the data module's ``total_frames``.
         gamma: discount per env step. gae_lambda: GAE's lambda.
-        clip_epsilon: PPO ratio clip. entropy_coeff: entropy bonus weight. critic_coeff: value loss weight.
+        clip_epsilon: PPO ratio clip. clip_schedule: ``constant`` or ``linear`` decay of ``clip_epsilon`` to 0
+            over ``total_frames`` (set at each collected batch, as the learning rate: RL Zoo's ``lin_0.2``).
+        entropy_coeff: entropy bonus weight. critic_coeff: value loss weight.
         max_grad_norm: global gradient-norm clip.
         normalize_advantage: standardise advantages per minibatch.
         reward_scale: rewards are multiplied by this for GAE and the critic (returns stay unscaled
@@ -50,6 +53,7 @@ class PPOModule(RLModule):
         gamma: float = 1.0,
         gae_lambda: float = 0.95,
         clip_epsilon: float = 0.2,
+        clip_schedule: Literal["constant", "linear"] = "constant",
         entropy_coeff: float = 0.01,
         critic_coeff: float = 0.5,
         max_grad_norm: float = 0.5,
@@ -62,6 +66,9 @@ class PPOModule(RLModule):
         if lr <= 0 or not 0 <= gamma <= 1 or not 0 <= gae_lambda <= 1 or clip_epsilon <= 0:
             raise ValueError(f"model: lr > 0, gamma and gae_lambda in [0, 1], clip_epsilon > 0 required "
                              f"(got lr={lr}, gamma={gamma}, gae_lambda={gae_lambda}, clip_epsilon={clip_epsilon})")
+        for key, value in (("lr_schedule", lr_schedule), ("clip_schedule", clip_schedule)):
+            if value not in ("constant", "linear"):
+                raise ValueError(f"model.{key}={value!r} is not allowed: one of constant, linear")
         self.save_hyperparameters(ignore=["network"])
         self.network = network
         self.encoder = TensorDictModule(network.encode, in_keys=list(network.in_keys), out_keys=["hidden"])
@@ -72,9 +79,7 @@ class PPOModule(RLModule):
             actor_keys, dist = {"logits": "logits", "mask": action_mask_key}, MaskedCategorical
         self.actor = ProbabilisticActor(head, in_keys=actor_keys, distribution_class=dist, return_log_prob=True)
         self.critic = ValueOperator(network.value, in_keys=["hidden"])
-        self.loss = ClipPPOLoss(self.actor, self.critic, clip_epsilon=clip_epsilon, entropy_coeff=entropy_coeff,
-                                critic_coeff=critic_coeff, normalize_advantage=normalize_advantage,
-                                loss_critic_type=loss_critic_type, functional=False)
+        self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon)))  # scheduled (clip_schedule)
         self.gae = GAE(gamma=gamma, lmbda=gae_lambda, value_network=None)
         self.gae.set_keys(reward="scaled_reward")
         self._policy = TensorDictSequential(self.encoder, self.actor)
@@ -101,6 +106,9 @@ class PPOModule(RLModule):
         truncation, where the next observation is encoded (after a termination it is not used).
         """
         batch = super().on_collected(batch)
+        if self.hparams.clip_schedule == "linear":
+            self.clip_epsilon.fill_(self.hparams.clip_epsilon * self._remaining())
+            self.record("train/clip_epsilon", float(self.clip_epsilon))
         with torch.no_grad():
             batch["next", "scaled_reward"] = batch["next", "reward"] * self.hparams.reward_scale
             if "hidden" not in batch.keys():
@@ -118,14 +126,22 @@ class PPOModule(RLModule):
         return batch.reshape(-1)
 
     # ------------------------------------------------------------------ update
+    def loss(self, batch: TensorDict) -> dict[str, Tensor]:
+        """:func:`modules.ppo_loss.ppo_loss` of a minibatch ``[N]``: the encoder once, then both heads."""
+        h, net = self.hparams, self.network
+        hidden = net.encode(*(batch.get(k) for k in net.in_keys))
+        logits = net.policy(hidden, *(batch.get(k) for k in net.policy_keys))
+        mask = batch.get(h.action_mask_key) if h.action_mask_key is not None else None
+        return ppo_loss(logits, net.value(hidden), batch, self.clip_epsilon, h.entropy_coeff, h.critic_coeff,
+                        h.normalize_advantage, h.loss_critic_type, mask)
+
     def training_step(self, batch: TensorDict, batch_idx: int) -> Tensor:
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
-        self.encoder(batch)
         out = self.loss(batch)
         loss = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
         optimizer.zero_grad()
         self.manual_backward(loss)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters(), self.hparams.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self._params, self.hparams.max_grad_norm)
         optimizer.step()
         scheduler.step()
         for key in ("loss_objective", "loss_critic", "loss_entropy", *_DIAGNOSTICS):
@@ -136,10 +152,12 @@ class PPOModule(RLModule):
         return loss.detach()
 
     def configure_optimizers(self):
-        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
-        budget = self.trainer.datamodule.total_frames if self.hparams.lr_schedule == "linear" else None
+        self._params = list(self.parameters())
+        optimizer = torch.optim.Adam(self._params, lr=self.hparams.lr)
+        linear = self.hparams.lr_schedule == "linear"
+        return [optimizer], [torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: self._remaining() if linear else 1.0)]
 
-        def factor(_: int) -> float:
-            return 1.0 if budget is None else max(1.0 - self.collected_frames / budget, 0.0)
-
-        return [optimizer], [torch.optim.lr_scheduler.LambdaLR(optimizer, factor)]
+    def _remaining(self) -> float:
+        """The budget left, 1 - collected frames / ``total_frames`` (in [0, 1]), the factor of the linear schedules."""
+        budget = self.trainer.datamodule.total_frames
+        return max(1.0 - self.collected_frames / budget, 0.0)

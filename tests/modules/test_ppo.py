@@ -91,7 +91,6 @@ def test_loss_step_gives_finite_gradients_everywhere():
     module, env = _dvrp_module()
     with torch.no_grad():
         batch = module.on_collected(env.rollout(10, module.collector_policy, break_when_any_done=False))
-    module.encoder(batch)
     out = module.loss(batch)
     (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
     grads = {name: p.grad for name, p in module.named_parameters()}
@@ -117,3 +116,28 @@ def test_masked_actions_never_get_probability():
     assert mask.gather(-1, flat["action"].unsqueeze(-1)).all(), "a collected action was masked"
     draws = dist.sample((200,))  # [200, N]
     assert mask.gather(-1, draws.t()).all(), "a sampled action was masked"
+
+
+def test_cartpole_config_decays_lr_and_clip_linearly_and_starts_orthogonal(tmp_path):
+    """configs/cartpole_ppo.yaml (RL Zoo's CartPole PPO): the clip and the learning rate decay with the frames
+    collected (1/4 left after 3 of 4 batches, 0 at the end); the MLPs start orthogonal (SB3's initialisation)."""
+    from modules.actor_critic import MLPActorCritic
+    from pipelines.fit import main
+    from tests.pipelines.conftest import REPO
+
+    net = MLPActorCritic(2)
+    net.policy(torch.zeros(1, 4))
+    first, last = net.actor[0].weight, net.actor[-1].weight
+    assert torch.allclose(first.T @ first, 2.0 * torch.eye(4), atol=1e-5)  # gain sqrt(2), 64 x 4
+    assert torch.allclose(last @ last.T, 1e-4 * torch.eye(2), atol=1e-8) and not net.actor[0].bias.any()
+
+    cli = main(["--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--data.init_args.total_frames=1024",
+                "--data.init_args.ppo_epochs=2", "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
+                f"--trainer.logger.init_args.save_dir={tmp_path}"])
+    model = cli.model
+    assert model.collected_frames == 1024 and cli.trainer.global_step == 4 * 2
+    assert float(model.clip_epsilon) == 0.0
+    assert model.optimizers().param_groups[0]["lr"] == pytest.approx(0.0)
+    assert model.latest_metrics["train/clip_epsilon"] == 0.0
+    model.collected_frames = 768  # after 3 of the 4 batches
+    assert model._remaining() == pytest.approx(0.25)

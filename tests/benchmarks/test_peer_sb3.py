@@ -1,0 +1,42 @@
+"""The peer benchmark's mapping of our configs onto SB3's hyper-parameters (RL Zoo's values), and its refusals."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from benchmarks.peer_sb3 import sb3_hyperparameters
+from tests.pipelines.conftest import REPO
+
+
+def _config(name: str) -> dict:
+    with open(REPO / "configs" / name) as f:
+        return yaml.safe_load(f)
+
+
+def test_cartpole_ppo_maps_to_rl_zoo_settings():
+    hp, caveats = sb3_hyperparameters(_config("cartpole_ppo.yaml"), 100_000, 0)
+    assert hp == {"algorithm": "PPO", "env_id": "CartPole-v1", "n_envs": 8, "total_timesteps": 100_000, "seed": 0,
+                  "n_steps": 32, "batch_size": 256, "n_epochs": 20, "gamma": 0.98, "gae_lambda": 0.8,
+                  "clip_range": "lin_0.2", "learning_rate": "lin_0.001", "ent_coef": 0.0, "vf_coef": 0.5,
+                  "max_grad_norm": 0.5, "normalize_advantage": True,
+                  "policy_kwargs": {"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": "tanh",
+                                    "ortho_init": True}}
+    assert any("eps" in c for c in caveats)
+
+
+def test_ppo_settings_sb3_cannot_mirror_are_refused():
+    config = copy.deepcopy(_config("cartpole_ppo.yaml"))
+    config["model"]["init_args"]["action_mask_key"] = "action_mask"
+    config["model"]["init_args"]["reward_scale"] = 0.5
+    with pytest.raises(ValueError, match="action_mask_key.*reward_scale"):
+        sb3_hyperparameters(config, 1000, 0)
+
+
+def test_dqn_and_sac_configs_map():
+    dqn, _ = sb3_hyperparameters(_config("cartpole_dqn.yaml"), 50_000, 0)
+    assert (dqn["train_freq"], dqn["gradient_steps"], dqn["batch_size"]) == (256, 128, 64)
+    sac, _ = sb3_hyperparameters(_config("pendulum_sac.yaml"), 20_000, 0)
+    assert (sac["train_freq"], sac["gradient_steps"], sac["ent_coef"]) == (8, 8, "auto_1.0")
