@@ -18,7 +18,6 @@ from envs.dvrp import DVRPConfig
 from modules.actor_critic import MLPActorCritic
 from modules.dvrp_actor_critic import DVRPActorCritic
 from modules.ppo import PPOModule
-from modules.ppo_loss import ppo_loss
 
 
 def _reference(network, masked: bool, **options) -> tuple[ClipPPOLoss, TensorDictModule]:
