@@ -2,23 +2,26 @@
 same update written in plain torch, per algorithm, in one run.
 
     python benchmarks/update_overhead.py [--dqn configs/cartpole_dqn.yaml] [--sac configs/pendulum_sac.yaml]
-        [--updates 3072] [--repeats 3] [--algorithms dqn sac]
+        [--ppo configs/cartpole_ppo.yaml] [--updates 3072] [--repeats 3] [--algorithms dqn sac ppo]
 
-Both sides train the config's networks on one sampled batch (``batch_size`` random transitions of the config's
-env shapes: CartPole for DQN, Pendulum for SAC) with the same arithmetic:
+Both sides train the config's networks on one sampled batch (``batch_size`` random transitions, or a PPO
+minibatch of ``mini_batch_size`` frames, of the config's env shapes: CartPole for DQN and PPO, Pendulum for SAC)
+with the same arithmetic:
 
 * DQN: Huber or L2 TD(0) loss against a target network, global gradient-norm clip, fused Adam, the hard or
   soft target update;
 * SAC: twin critics with a clipped double-Q target from the target critics and a tanh-Gaussian next action,
   the reparameterised actor loss against the (frozen) critics, the temperature loss, one fused Adam with a
-  learning rate per group, global clip, Polyak update of the target critics.
+  learning rate per group, global clip, Polyak update of the target critics;
+* PPO: the clipped objective on standardised advantages, the MSE value loss, the entropy bonus, global clip,
+  Adam and the learning-rate schedule's step.
 
-Ours runs as ``pipelines.fit`` runs it: Lightning's loop, manual optimisation, metrics recorded,
-``utd_ratio`` updates per training step (``K`` in the output; also measured with K = 1, Lightning's loop once
-per update). The plain loop is a bare ``for`` loop over the update. Each side is timed ``--repeats`` times,
+Ours runs as ``pipelines.fit`` runs it: Lightning's loop, manual optimisation, metrics recorded, the
+updates of one collected batch per training step (``K`` in the output: ``utd_ratio``, or PPO's epochs times
+minibatches; also measured with K = 1, Lightning's loop once per update). The plain loop is a bare ``for`` loop over the update. Each side is timed ``--repeats`` times,
 alternating; the best time of each counts. One torch thread. Prints one JSON object (last line):
-``{"dqn": {"ours_us", "ours_k1_us", "plain_us", "ratio", "ratio_k1", "K", ...}, "sac": {...}, "peak_rss_mb",
-...}``; ratio = ours / plain (issue 13's goal: <= 1.3).
+``{"dqn": {"ours_us", "ours_k1_us", "plain_us", "ratio", "ratio_k1", "K", ...}, "sac": {...}, "ppo": {...},
+"peak_rss_mb", ...}``; ratio = ours / plain (issue 13's goal: <= 1.3).
 """
 
 from __future__ import annotations
@@ -40,14 +43,19 @@ sys.path.insert(0, ROOT)
 
 
 def settings_of(config_path: str) -> dict:
-    """A config's model and network arguments (with the classes' defaults), ``batch_size`` and ``utd_ratio``."""
+    """A config's model and network arguments (with the classes' defaults), the sampled batch or minibatch size
+    and the updates per collected batch."""
     from benchmarks.peer_sb3 import resolve
 
     with open(config_path) as f:
         config = yaml.safe_load(f)
     model, data = resolve(config["model"]), resolve(config["data"])
+    if "mini_batch_size" in data:  # on-policy
+        size, updates = data["mini_batch_size"], data["ppo_epochs"] * data["frames_per_batch"] // data["mini_batch_size"]
+    else:
+        size, updates = data["batch_size"], data["utd_ratio"]
     return {"model": {k: v for k, v in model.items() if k != "network"}, "network": resolve(model["network"]),
-            "batch_size": data["batch_size"], "utd_ratio": data["utd_ratio"]}
+            "batch_size": size, "updates_per_batch": updates}
 
 
 def sample_batch(n: int, features: int, action, k: int = 1):
@@ -96,10 +104,19 @@ def time_ours(model, batch, updates: int) -> float:
             if batch_idx == 0:
                 self.start = time.perf_counter()
 
+    class Data(L.LightningDataModule):  # what the modules read of a data module (the lr schedule's budget)
+        total_frames = 10**12
+
+        def env_specs(self):
+            return None  # the module is built already
+
+        def train_dataloader(self):
+            return DataLoader(Stream(), batch_size=None, collate_fn=lambda x: x)
+
     clock = Clock()
     trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, callbacks=[clock], accelerator="cpu", devices=1)
-    trainer.fit(model, DataLoader(Stream(), batch_size=None, collate_fn=lambda x: x))
+    trainer.fit(model, datamodule=Data())
     return (time.perf_counter() - clock.start) / ((steps - 1) * k)
 
 
@@ -126,6 +143,30 @@ def sac_module(settings: dict, k: int, features: int = 3, dim: int = 1):
     model.build(Bounded(-2.0, 2.0, shape=(dim,)), TensorDict(observation=torch.zeros(1, features), batch_size=[1]))
     n = settings["batch_size"]
     return model, sample_batch(n, features, torch.rand(n, dim) * 4 - 2, k)
+
+
+def ppo_module(settings: dict, k: int, features: int = 4):
+    from tensordict import TensorDict
+
+    from modules.actor_critic import MLPActorCritic
+    from modules.ppo import PPOModule
+
+    model = PPOModule(MLPActorCritic(**settings["network"]), **settings["model"])
+    model.materialize(TensorDict(observation=torch.zeros(1, features), batch_size=[1]))
+    return model, ppo_minibatch(settings, features, k)
+
+
+def ppo_minibatch(settings: dict, features: int, k: int = 1):
+    """``[k, n]`` copies of one PPO minibatch: observations, actions, their log-probabilities, GAE outputs."""
+    from tensordict import TensorDict
+
+    g = torch.Generator().manual_seed(0)
+    n, actions = settings["batch_size"], settings["network"]["num_actions"]
+    one = TensorDict(observation=torch.randn(n, features, generator=g), action=torch.randint(actions, (n,), generator=g),
+                     action_log_prob=torch.full((n,), -math.log(actions)) + 0.1 * torch.randn(n, generator=g),
+                     advantage=torch.randn(n, 1, generator=g), value_target=torch.randn(n, 1, generator=g),
+                     batch_size=[n])
+    return one.unsqueeze(0).expand(k, n).clone()
 
 
 # ---------------------------------------------------------------------------------------------------- plain
@@ -235,13 +276,52 @@ def sac_plain(settings: dict, features: int = 3, dim: int = 1):
     return update
 
 
-CASES = {"dqn": (dqn_module, dqn_plain), "sac": (sac_module, sac_plain)}
+def ppo_plain(settings: dict, features: int = 4):
+    """The clipped PPO minibatch update as a plain torch function of the update index."""
+    import torch.nn.functional as F
+
+    h, net = settings["model"], settings["network"]
+    act = torch.nn.Tanh if net["activation"] == "tanh" else torch.nn.ReLU
+
+    def mlp(out: int) -> torch.nn.Sequential:
+        layers, width = [], features
+        for hidden in net["hidden_dims"]:
+            layers += [torch.nn.Linear(width, hidden), act()]
+            width = hidden
+        return torch.nn.Sequential(*layers, torch.nn.Linear(width, out))
+
+    actor, critic = mlp(net["num_actions"]), mlp(1)
+    params = [*actor.parameters(), *critic.parameters()]
+    optimizer = torch.optim.Adam(params, lr=h["lr"])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    one = ppo_minibatch(settings, features)[0]
+    obs, action, old_log_prob = one["observation"], one["action"], one["action_log_prob"]
+    advantage, target = one["advantage"], one["value_target"]
+    eps = h["clip_epsilon"]
+
+    def update(i: int) -> None:
+        adv = (advantage - advantage.mean()) / advantage.std().clamp_min(1e-6)
+        dist = torch.distributions.Categorical(logits=actor(obs))
+        ratio = (dist.log_prob(action) - old_log_prob).exp().unsqueeze(-1)
+        loss_pi = -torch.minimum(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv).mean()
+        loss = loss_pi + h["critic_coeff"] * F.mse_loss(critic(obs), target) - h["entropy_coeff"] * dist.entropy().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, h["max_grad_norm"])
+        optimizer.step()
+        scheduler.step()
+
+    return update
+
+
+CASES = {"dqn": (dqn_module, dqn_plain), "sac": (sac_module, sac_plain), "ppo": (ppo_module, ppo_plain)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dqn", default=os.path.join(ROOT, "configs", "cartpole_dqn.yaml"))
     parser.add_argument("--sac", default=os.path.join(ROOT, "configs", "pendulum_sac.yaml"))
+    parser.add_argument("--ppo", default=os.path.join(ROOT, "configs", "cartpole_ppo.yaml"))
     parser.add_argument("--algorithms", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--updates", type=int, default=3072, help="updates per timed run")
     parser.add_argument("--repeats", type=int, default=3)
@@ -252,7 +332,7 @@ def main() -> None:
         make_module, make_plain = CASES[name]
         config = getattr(args, name)
         settings = settings_of(config)
-        k = settings["utd_ratio"]
+        k = settings["updates_per_batch"]
         updates = max(args.updates // k, 2) * k
         times: dict[str, list[float]] = {"ours": [], "ours_k1": [], "plain": []}
         for _ in range(args.repeats):

@@ -18,7 +18,8 @@ from modules.actor_critic import ActorCriticNetwork
 from modules.base import RLModule
 from modules.ppo_loss import ppo_loss
 
-_DIAGNOSTICS = ("entropy", "kl_approx", "clip_fraction", "explained_variance")
+_RECORDED = ("loss_objective", "loss_critic", "loss_entropy", "entropy", "kl_approx", "clip_fraction",
+             "explained_variance", "loss", "grad_norm")
 
 
 class PPOModule(RLModule):
@@ -27,7 +28,8 @@ class PPOModule(RLModule):
     The encoder runs once per minibatch (``hidden``); the actor head (``MaskedCategorical`` over
     ``action_mask``, or a plain categorical when ``action_mask_key`` is null) and the value head both
     read it. Advantages come from GAE on each collected batch ``[B, T]`` before it is split into
-    minibatches (by the data pipeline); ``training_step`` takes one optimiser step on one minibatch.
+    minibatches (by the data pipeline); ``training_step`` gets them stacked ``[K, N]`` and takes one optimiser
+    step per minibatch.
 
     Args:
         network: the actor-critic network (encoder, policy head, value head).
@@ -136,18 +138,21 @@ class PPOModule(RLModule):
                         h.normalize_advantage, h.loss_critic_type, mask)
 
     def training_step(self, batch: TensorDict, batch_idx: int) -> Tensor:
+        """One optimiser step (and learning-rate step) per minibatch of ``batch`` ``[K, N]``, in order."""
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
-        out = self.loss(batch)
-        loss = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
-        optimizer.zero_grad()
-        self.manual_backward(loss)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self._params, self.hparams.max_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        for key in ("loss_objective", "loss_critic", "loss_entropy", *_DIAGNOSTICS):
-            self.record(f"train/{key}", out[key].detach().mean())
-        self.record("train/loss", loss.detach())
-        self.record("train/grad_norm", grad_norm)
+        records = []
+        for minibatch in batch.unbind(0):
+            out = self.loss(minibatch)
+            loss = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+            optimizer.zero_grad()
+            self.manual_backward(loss)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self._params, self.hparams.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            records.append(torch.stack([*(out[k].detach().mean() for k in _RECORDED[:-2]), loss.detach(), grad_norm]))
+        means = torch.stack(records).mean(0)  # recorded as K values each: the logged means are over updates
+        for key, value in zip(_RECORDED, means.unbind(0)):
+            self.record(f"train/{key}", value, len(records))
         self.record("train/lr", scheduler.get_last_lr()[0])
         return loss.detach()
 

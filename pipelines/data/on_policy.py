@@ -14,7 +14,9 @@ from pipelines.data.base import RLDataModule, check
 
 class OnPolicyDataModule(RLDataModule):
     """On-policy pipeline: each collected batch (processed by ``module.on_collected``, e.g. GAE) is
-    split into ``ppo_epochs`` passes of shuffled minibatches of ``mini_batch_size`` frames.
+    split into ``ppo_epochs`` passes of shuffled minibatches of ``mini_batch_size`` frames, all handed to one
+    training step as a ``[K, mini_batch_size]`` stack (K = ``ppo_epochs * frames_per_batch / mini_batch_size``
+    updates, in order: Lightning's per-step cost is paid once per collected batch).
 
     Args:
         ppo_epochs: passes over each collected batch.
@@ -35,12 +37,13 @@ class OnPolicyDataModule(RLDataModule):
 
     @property
     def steps_per_batch(self) -> int:
-        """Optimiser steps per collected batch (``ppo_epochs * frames_per_batch / mini_batch_size``)."""
-        return self.ppo_epochs * (self.frames_per_batch // self.mini_batch_size)
+        """Training steps per collected batch: one, of all its minibatch updates."""
+        return 1
 
     def training_batches(self) -> Iterator[TensorDict]:
+        """Per collected batch ``[N]``, its minibatches ``[K, mini_batch_size]``: ``ppo_epochs`` shuffles, each
+        split into ``N / mini_batch_size`` minibatches."""
         for batch in self.batches():
-            for _ in range(self.ppo_epochs):
-                for index in torch.randperm(batch.numel()).split(self.mini_batch_size):
-                    self.check_stop()
-                    yield batch[index]
+            self.check_stop()
+            order = torch.stack([torch.randperm(batch.numel()) for _ in range(self.ppo_epochs)])
+            yield batch[order.reshape(-1, self.mini_batch_size)]

@@ -10,7 +10,8 @@ import lightning as L
 
 
 class FaultProbe(L.Callback):
-    """At optimiser step ``at_step`` (after the checkpoint of an earlier step exists), write ``{learner, workers}``
+    """After the training step that reaches optimiser step ``at_step`` (a training step may take several; the
+    checkpoint of an earlier step exists by then), write ``{learner, workers}``
     pids to ``out_file``; with ``raise_error``, raise ``RuntimeError("injected learner fault")`` there instead
     of going on."""
 
@@ -20,7 +21,7 @@ class FaultProbe(L.Callback):
         self.raise_error = raise_error
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step != self.at_step or os.path.exists(self.out_file):
+        if trainer.global_step < self.at_step or os.path.exists(self.out_file):
             return
         pids = {"learner": os.getpid(), "workers": list(trainer.datamodule.collector().pids)}
         with open(self.out_file + ".tmp", "w") as f:
