@@ -1,5 +1,9 @@
 """A short SAC run in TRAIN_SHOOTING (puck at the agent, static opponent) scores more often than the
-uniform random policy on the same 200 held-out episodes. About 5 min on one thread: ``slow``."""
+uniform random policy on the same 1,000 held-out episodes. About 1 min on one thread: ``slow``.
+
+Win rates here are near 6-10%: over 200 episodes (one standard error about 1.7 points) a run that had learned
+(mean return -10 against random's -23) tied random's 6.0% on one seed; 1,000 episodes (SE about 0.8) separate
+them."""
 
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ def test_short_sac_run_in_shooting_mode_scores_more_than_random(tmp_path):
           "--data.init_args.total_frames=48000", "--data.init_args.init_random_frames=2048",
           "--data.init_args.batch_size=128", *SMALL])
     (ckpt,) = glob.glob(f"{tmp_path}/hockey_sac/version_0/checkpoints/*.ckpt")
-    table = evaluate.main(["--config", CONFIG, "--ckpt_path", ckpt, "--episodes", "200", "--num_envs", "200",
+    table = evaluate.main(["--config", CONFIG, "--ckpt_path", ckpt, "--episodes", "1000", "--num_envs", "500",
                            "--settings", json.dumps({"shooting": {"mode": "TRAIN_SHOOTING", "opponent": "static"}}),
                            *SMALL])
     sac, random = table["sac"]["shooting"], table["random"]["shooting"]
