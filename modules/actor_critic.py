@@ -7,6 +7,8 @@ from abc import abstractmethod
 
 import torch
 from torch import Tensor, nn
+from torchrl.envs.utils import ExplorationType, exploration_type
+from torchrl.modules import MaskedCategorical
 
 
 class ActorCriticNetwork(nn.Module):
@@ -92,3 +94,38 @@ class MLPActorCritic(ActorCriticNetwork):
                     nn.init.orthogonal_(layer.weight, gain=last_gain if i == len(linears) - 1 else math.sqrt(2))
                     nn.init.zeros_(layer.bias)
         self._initialised = True
+
+
+class CategoricalPolicy(nn.Module):
+    """The collector's policy of an :class:`ActorCriticNetwork`: one call that encodes, reads the logits and
+    draws the action, as TorchRL's ``ProbabilisticActor`` over ``Categorical`` (or ``MaskedCategorical`` with a
+    mask) draws it: ``dist.sample()`` under ``ExplorationType.RANDOM`` (the collector's default), the mode
+    otherwise (evaluation).
+
+    Called as ``policy(*inputs)`` with the network's ``in_keys``, then its ``policy_keys`` (then the boolean
+    mask ``[*B, A]`` when ``masked``); returns the action ``[*B]``, its log-probability ``[*B]`` and the hidden
+    state (kept in the batch, so that values need no second encoder pass).
+
+    Args:
+        network: the actor-critic network. masked: the last input is an action mask.
+    """
+
+    def __init__(self, network: ActorCriticNetwork, masked: bool) -> None:
+        super().__init__()
+        self.network = network
+        self.masked = masked
+
+    def distribution(self, *inputs: Tensor) -> tuple[torch.distributions.Categorical, Tensor]:
+        """The action distribution and the hidden state of ``inputs``."""
+        net, n = self.network, len(self.network.in_keys)
+        hidden = net.encode(*inputs[:n])
+        extra = inputs[n:-1] if self.masked else inputs[n:]
+        logits = net.policy(hidden, *extra)
+        if self.masked:
+            return MaskedCategorical(logits=logits, mask=inputs[-1]), hidden
+        return torch.distributions.Categorical(logits=logits), hidden
+
+    def forward(self, *inputs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        dist, hidden = self.distribution(*inputs)
+        action = dist.sample() if exploration_type() in (ExplorationType.RANDOM, None) else dist.mode
+        return action, dist.log_prob(action), hidden

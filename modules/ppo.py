@@ -8,13 +8,13 @@ from typing import Literal
 
 import torch
 from tensordict import TensorDict
-from tensordict.nn import TensorDictModule, TensorDictSequential
+from tensordict.nn import TensorDictModule
 from torch import Tensor
 from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
 from torchrl.objectives.value import GAE
 
 from envs import EnvSpecs
-from modules.actor_critic import ActorCriticNetwork
+from modules.actor_critic import ActorCriticNetwork, CategoricalPolicy
 from modules.base import RLModule
 from modules.ppo_loss import ppo_loss
 
@@ -84,10 +84,15 @@ class PPOModule(RLModule):
         self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon)))  # scheduled (clip_schedule)
         self.gae = GAE(gamma=gamma, lmbda=gae_lambda, value_network=None)
         self.gae.set_keys(reward="scaled_reward")
-        self._policy = TensorDictSequential(self.encoder, self.actor)
+        masked = action_mask_key is not None
+        keys = [*network.in_keys, *network.policy_keys, *([action_mask_key] if masked else [])]
+        self._policy = TensorDictModule(CategoricalPolicy(network, masked), in_keys=keys,
+                                        out_keys=["action", "action_log_prob", "hidden"])
 
     @property
-    def collector_policy(self) -> TensorDictSequential:
+    def collector_policy(self) -> TensorDictModule:
+        """:class:`modules.actor_critic.CategoricalPolicy` (the same draws as ``actor`` after ``encoder``, which
+        stay as TorchRL modules for GAE's values and for tests)."""
         return self._policy
 
     def prepare(self, specs: EnvSpecs) -> None:

@@ -141,3 +141,30 @@ def test_cartpole_config_decays_lr_and_clip_linearly_and_starts_orthogonal(tmp_p
     assert model.latest_metrics["train/clip_epsilon"] == 0.0
     model.collected_frames = 768  # after 3 of the 4 batches
     assert model._remaining() == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("case", ["dvrp", "cartpole"])
+def test_collector_policy_draws_what_torchrl_actor_draws(case):
+    """The lean collector policy gives the same actions and log-probabilities as TorchRL's encoder + ProbabilisticActor
+    on the same random state (sampling) and the mode in deterministic evaluation."""
+    from torchrl.envs import ExplorationType, set_exploration_type
+
+    from modules.actor_critic import MLPActorCritic
+
+    if case == "dvrp":
+        module, env = _dvrp_module()
+        with torch.no_grad():
+            obs = env.rollout(6, module.collector_policy, break_when_any_done=False).reshape(-1)
+    else:
+        module = PPOModule(MLPActorCritic(3, (8,)), action_mask_key=None)
+        obs = TensorDict(observation=torch.randn(64, 5), batch_size=[64])
+        module.materialize(obs)
+    for mode in (ExplorationType.RANDOM, ExplorationType.DETERMINISTIC):
+        with torch.no_grad(), set_exploration_type(mode):
+            torch.manual_seed(1)
+            ours = module.collector_policy(obs.clone())
+            torch.manual_seed(1)
+            theirs = module.actor(module.encoder(obs.clone()))
+        assert torch.equal(ours["action"], theirs["action"]), mode
+        assert torch.allclose(ours["action_log_prob"], theirs["action_log_prob"]), mode
+    assert (ours["action"] != module.collector_policy(obs.clone())["action"]).any()  # outside evaluation it samples
