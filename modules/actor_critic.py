@@ -99,8 +99,9 @@ class MLPActorCritic(ActorCriticNetwork):
 class CategoricalPolicy(nn.Module):
     """The collector's policy of an :class:`ActorCriticNetwork`: one call that encodes, reads the logits and
     draws the action, as TorchRL's ``ProbabilisticActor`` over ``Categorical`` (or ``MaskedCategorical`` with a
-    mask) draws it: ``dist.sample()`` under ``ExplorationType.RANDOM`` (the collector's default), the mode
-    otherwise (evaluation).
+    mask) draws it: ``dist.sample()`` under ``ExplorationType.RANDOM`` (what the collector sets), the mode
+    otherwise (evaluation, and outside any setting: ``ProbabilisticActor``'s default, so that a call made to
+    shape the network or the collector's buffers draws no random numbers).
 
     Called as ``policy(*inputs)`` with the network's ``in_keys``, then its ``policy_keys`` (then the boolean
     mask ``[*B, A]`` when ``masked``); returns the action ``[*B]``, its log-probability ``[*B]`` and the hidden
@@ -127,5 +128,5 @@ class CategoricalPolicy(nn.Module):
 
     def forward(self, *inputs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         dist, hidden = self.distribution(*inputs)
-        action = dist.sample() if exploration_type() in (ExplorationType.RANDOM, None) else dist.mode
+        action = dist.sample() if exploration_type() == ExplorationType.RANDOM else dist.mode
         return action, dist.log_prob(action), hidden

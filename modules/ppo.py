@@ -28,8 +28,8 @@ class PPOModule(RLModule):
     The encoder runs once per minibatch (``hidden``); the actor head (``MaskedCategorical`` over
     ``action_mask``, or a plain categorical when ``action_mask_key`` is null) and the value head both
     read it. Advantages come from GAE on each collected batch ``[B, T]`` before it is split into
-    minibatches (by the data pipeline); ``training_step`` gets them stacked ``[K, N]`` and takes one optimiser
-    step per minibatch.
+    minibatches (by the data pipeline); ``training_step`` gets all the minibatches of a collected batch and takes
+    one optimiser step per minibatch.
 
     Args:
         network: the actor-critic network (encoder, policy head, value head).
@@ -142,11 +142,13 @@ class PPOModule(RLModule):
         return ppo_loss(logits, net.value(hidden), batch, self.clip_epsilon, h.entropy_coeff, h.critic_coeff,
                         h.normalize_advantage, h.loss_critic_type, mask)
 
-    def training_step(self, batch: TensorDict, batch_idx: int) -> Tensor:
-        """One optimiser step (and learning-rate step) per minibatch of ``batch`` ``[K, N]``, in order."""
+    def training_step(self, batch, batch_idx: int) -> Tensor:
+        """One optimiser step (and learning-rate step) per minibatch of ``batch``, in order: the minibatches of
+        one collected batch (``pipelines.data.on_policy.Minibatches``, or any iterable of TensorDicts ``[N]``,
+        e.g. a TensorDict ``[K, N]``)."""
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
         records = []
-        for minibatch in batch.unbind(0):
+        for minibatch in batch:
             out = self.loss(minibatch)
             loss = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
             optimizer.zero_grad()

@@ -15,8 +15,9 @@ from pipelines.data.base import RLDataModule, check
 class OnPolicyDataModule(RLDataModule):
     """On-policy pipeline: each collected batch (processed by ``module.on_collected``, e.g. GAE) is
     split into ``ppo_epochs`` passes of shuffled minibatches of ``mini_batch_size`` frames, all handed to one
-    training step as a ``[K, mini_batch_size]`` stack (K = ``ppo_epochs * frames_per_batch / mini_batch_size``
-    updates, in order: Lightning's per-step cost is paid once per collected batch).
+    training step as :class:`Minibatches` (K = ``ppo_epochs * frames_per_batch / mini_batch_size`` updates, in
+    order: Lightning's per-step cost is paid once per collected batch, and only one minibatch is copied out of
+    the batch at a time).
 
     Args:
         ppo_epochs: passes over each collected batch.
@@ -40,10 +41,32 @@ class OnPolicyDataModule(RLDataModule):
         """Training steps per collected batch: one, of all its minibatch updates."""
         return 1
 
-    def training_batches(self) -> Iterator[TensorDict]:
-        """Per collected batch ``[N]``, its minibatches ``[K, mini_batch_size]``: ``ppo_epochs`` shuffles, each
-        split into ``N / mini_batch_size`` minibatches."""
+    def training_batches(self) -> Iterator[Minibatches]:
+        """Per collected batch ``[N]``, its minibatches: ``ppo_epochs`` shuffles, each split into
+        ``N / mini_batch_size`` minibatches."""
         for batch in self.batches():
             self.check_stop()
             order = torch.stack([torch.randperm(batch.numel()) for _ in range(self.ppo_epochs)])
-            yield batch[order.reshape(-1, self.mini_batch_size)]
+            yield Minibatches(batch, order.reshape(-1, self.mini_batch_size))
+
+
+class Minibatches:
+    """A collected batch ``[N]`` and the order of its minibatches ``[K, M]`` (frame indices): iterating gives
+    ``data[index[k]]`` for k = 0 .. K-1, each made when it is read. ``to(device)`` moves both (Lightning calls it).
+
+    Args:
+        data: the batch ``[N]``. index: int64 ``[K, M]``.
+    """
+
+    def __init__(self, data: TensorDict, index: torch.Tensor) -> None:
+        self.data, self.index = data, index
+
+    def __len__(self) -> int:
+        return self.index.shape[0]
+
+    def __iter__(self) -> Iterator[TensorDict]:
+        for index in self.index:
+            yield self.data[index]
+
+    def to(self, device) -> Minibatches:
+        return Minibatches(self.data.to(device), self.index.to(device))

@@ -167,4 +167,5 @@ def test_collector_policy_draws_what_torchrl_actor_draws(case):
             theirs = module.actor(module.encoder(obs.clone()))
         assert torch.equal(ours["action"], theirs["action"]), mode
         assert torch.allclose(ours["action_log_prob"], theirs["action_log_prob"]), mode
-    assert (ours["action"] != module.collector_policy(obs.clone())["action"]).any()  # outside evaluation it samples
+    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):  # sampling differs from the mode somewhere
+        assert (ours["action"] != module.collector_policy(obs.clone())["action"]).any()
