@@ -17,10 +17,11 @@ class ModelCheckpoint(LightningModelCheckpoint):
       end only if it never saved one), so with ``every_n_train_steps`` the run's final policy was lost: a
       1M-frame hockey DQN run's ``last.ckpt`` held the policy of 660k frames (it won 70.5% of 200 games
       against weak, the final one 97.5%).
-    * ``every_n_train_steps`` (manual optimisation, no ``monitor``) counts optimiser steps (``trainer.global_step``): a checkpoint is written after
-      every training step in which the count reached a multiple of it. A training step of the off-policy
-      pipeline takes several updates (``OffPolicyDataModule``), so Lightning's own test (the count *is* a
-      multiple after the step) would skip every multiple that falls inside a step.
+    * ``every_n_train_steps`` (manual optimisation, no ``monitor``) counts optimiser steps
+      (``trainer.global_step``): a checkpoint is written after every training step in which the count reached
+      a multiple of it. A training step of the data pipelines takes all the updates of a collected batch
+      (``OffPolicyDataModule``, ``OnPolicyDataModule``), so Lightning's own test (the count *is* a multiple
+      after the step) would skip every multiple that falls inside a step.
     """
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

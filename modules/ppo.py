@@ -167,7 +167,8 @@ class PPOModule(RLModule):
         self._params = list(self.parameters())
         optimizer = torch.optim.Adam(self._params, lr=self.hparams.lr)
         linear = self.hparams.lr_schedule == "linear"
-        return [optimizer], [torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: self._remaining() if linear else 1.0)]
+        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: self._remaining() if linear else 1.0)
+        return [optimizer], [schedule]
 
     def _remaining(self) -> float:
         """The budget left, 1 - collected frames / ``total_frames`` (in [0, 1]), the factor of the linear schedules."""
