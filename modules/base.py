@@ -74,13 +74,15 @@ class RLModule(L.LightningModule):
 
     # ------------------------------------------------------------------ what the data path needs
     def replay_keys(self) -> list[NestedKey] | None:
-        """The entries of a collected batch a replay buffer keeps: the loss's inputs (``loss.in_keys``) and the
-        done flags; None (no loss) keeps everything."""
-        loss = getattr(self, "loss", None)
-        if loss is None:
-            return None
-        done = [key for name in _DONE_KEYS for key in (name, ("next", name))]
-        return list(dict.fromkeys([*loss.in_keys, *done]))
+        """The entries of a collected batch a replay buffer keeps (the loss's inputs, e.g. :meth:`transition_keys`);
+        None keeps everything."""
+        return None
+
+    @staticmethod
+    def transition_keys(inputs: list[NestedKey]) -> list[NestedKey]:
+        """The entries of one transition: ``inputs`` (what the networks read) now and next, the action, the next
+        reward and the done flags now and next."""
+        return [*inputs, "action", *_DONE_KEYS, *(("next", k) for k in [*inputs, "reward", *_DONE_KEYS])]
 
     def replay_transform(self) -> Transform | None:
         """A transform the replay buffer applies to what it stores (e.g. n-step returns), or None."""
@@ -116,6 +118,23 @@ class RLModule(L.LightningModule):
         else:
             self._sums[name] += float(value) * weight
         self._counts[name] += weight
+
+    def record_updates(self, names: list[str], rows: list[Tensor]) -> None:
+        """Record the values of K updates: ``rows[k]`` ``[M]`` holds update k's values in the order of ``names``;
+        each name gets its mean over the K updates, weighted K (the same average as K :meth:`record` calls)."""
+        means = torch.stack(rows).mean(0)
+        for name, value in zip(names, means.unbind(0), strict=True):
+            self.record(name, value, len(rows))
+
+    def optimiser_step(self, optimizer, loss: Tensor, max_grad_norm: float) -> Tensor:
+        """One update: zero the gradients, Lightning's backward of ``loss``, clip the global gradient norm of the
+        optimiser's parameters at ``max_grad_norm``, step. Returns the norm before clipping (a 0-dim tensor)."""
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        norm = torch.nn.utils.clip_grad_norm_([p for group in optimizer.param_groups for p in group["params"]],
+                                              max_grad_norm)
+        optimizer.step()
+        return norm
 
     def _world_size(self) -> int:
         return self.trainer.world_size if self._trainer is not None else 1

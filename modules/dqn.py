@@ -200,9 +200,7 @@ class DQNModule(RLModule):
         """The loss's inputs: the network's inputs (and action mask) now and next, the action, the reward and
         the done flags."""
         h = self.hparams
-        keys = [*h.in_keys, *([h.action_mask_key] if h.action_mask_key is not None else [])]
-        done = ["done", "terminated", "truncated"]
-        return [*keys, "action", *done, *(("next", k) for k in [*keys, "reward", *done])]
+        return self.transition_keys([*h.in_keys, *([h.action_mask_key] if h.action_mask_key is not None else [])])
 
     def replay_transform(self) -> MultiStepTransform | None:
         """The buffer transform of n-step returns (``n_step > 1``), with this module's gamma."""
@@ -230,24 +228,17 @@ class DQNModule(RLModule):
         """One optimiser step and target update per sampled batch of ``batch`` ``[K, N]``, in order; writes the
         items' |TD error| into ``batch`` under ``td_error`` ``[K, N, 1]`` (for prioritised replay)."""
         optimizer = self.optimizers()
-        losses, norms, errors = [], [], []
+        rows, errors = [], []
         for sample in batch.unbind(0):
             loss, td_error = self.loss(sample)
-            optimizer.zero_grad()
-            self.manual_backward(loss)
-            norms.append(torch.nn.utils.clip_grad_norm_(self._params, self.hparams.max_grad_norm))
-            optimizer.step()
+            grad_norm = self.optimiser_step(optimizer, loss, self.hparams.max_grad_norm)
             self.target.step()
-            losses.append(loss.detach())
+            rows.append(torch.stack([loss.detach(), grad_norm, td_error.mean()]))
             errors.append(td_error)
-        td_error = torch.stack(errors)
-        batch.set("td_error", td_error)
-        k = len(losses)  # recorded as k values each: the logged means are over updates
-        self.record("train/loss", torch.stack(losses).mean(), k)
-        self.record("train/grad_norm", torch.stack(norms).mean(), k)
-        self.record("train/td_error", td_error.mean(), k)
+        batch.set("td_error", torch.stack(errors))
+        self.record_updates(["train/loss", "train/grad_norm", "train/td_error"], rows)
         self.record("train/epsilon", self.epsilon())
-        return losses[-1]
+        return loss.detach()
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """The base state plus the hard target update's step counter (the target copy schedule)."""
@@ -261,6 +252,5 @@ class DQNModule(RLModule):
             self.target.counter = int(counter)
 
     def configure_optimizers(self):
-        self._params = list(self.network.parameters())
         # fused: one kernel for all parameters (on CPU about 1 ms less per step for a 2 x 256 MLP)
-        return torch.optim.Adam(self._params, lr=self.hparams.lr, fused=True)
+        return torch.optim.Adam(self.network.parameters(), lr=self.hparams.lr, fused=True)

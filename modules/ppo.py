@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import Tensor
-from torchrl.modules import MaskedCategorical, ProbabilisticActor, ValueOperator
+from torchrl.modules import ValueOperator
 from torchrl.objectives.value import GAE
 
 from envs import EnvSpecs
@@ -74,12 +74,6 @@ class PPOModule(RLModule):
         self.save_hyperparameters(ignore=["network"])
         self.network = network
         self.encoder = TensorDictModule(network.encode, in_keys=list(network.in_keys), out_keys=["hidden"])
-        head = TensorDictModule(network.policy, in_keys=["hidden", *network.policy_keys], out_keys=["logits"])
-        if action_mask_key is None:
-            actor_keys, dist = ["logits"], torch.distributions.Categorical
-        else:
-            actor_keys, dist = {"logits": "logits", "mask": action_mask_key}, MaskedCategorical
-        self.actor = ProbabilisticActor(head, in_keys=actor_keys, distribution_class=dist, return_log_prob=True)
         self.critic = ValueOperator(network.value, in_keys=["hidden"])
         self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon)))  # scheduled (clip_schedule)
         self.gae = GAE(gamma=gamma, lmbda=gae_lambda, value_network=None)
@@ -91,8 +85,8 @@ class PPOModule(RLModule):
 
     @property
     def collector_policy(self) -> TensorDictModule:
-        """:class:`modules.actor_critic.CategoricalPolicy` (the same draws as ``actor`` after ``encoder``, which
-        stay as TorchRL modules for GAE's values and for tests)."""
+        """:class:`modules.actor_critic.CategoricalPolicy` (the draws of TorchRL's ``ProbabilisticActor`` over the
+        policy head; ``encoder`` and ``critic`` stay TorchRL modules for GAE's values)."""
         return self._policy
 
     def prepare(self, specs: EnvSpecs) -> None:
@@ -147,25 +141,19 @@ class PPOModule(RLModule):
         one collected batch (``pipelines.data.on_policy.Minibatches``, or any iterable of TensorDicts ``[N]``,
         e.g. a TensorDict ``[K, N]``)."""
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
-        records = []
+        rows = []
         for minibatch in batch:
             out = self.loss(minibatch)
             loss = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
-            optimizer.zero_grad()
-            self.manual_backward(loss)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self._params, self.hparams.max_grad_norm)
-            optimizer.step()
+            grad_norm = self.optimiser_step(optimizer, loss, self.hparams.max_grad_norm)
             scheduler.step()
-            records.append(torch.stack([*(out[k].detach().mean() for k in _RECORDED[:-2]), loss.detach(), grad_norm]))
-        means = torch.stack(records).mean(0)  # recorded as K values each: the logged means are over updates
-        for key, value in zip(_RECORDED, means.unbind(0)):
-            self.record(f"train/{key}", value, len(records))
+            rows.append(torch.stack([*(out[k].detach().mean() for k in _RECORDED[:-2]), loss.detach(), grad_norm]))
+        self.record_updates([f"train/{k}" for k in _RECORDED], rows)
         self.record("train/lr", scheduler.get_last_lr()[0])
         return loss.detach()
 
     def configure_optimizers(self):
-        self._params = list(self.parameters())
-        optimizer = torch.optim.Adam(self._params, lr=self.hparams.lr)
+        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
         linear = self.hparams.lr_schedule == "linear"
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: self._remaining() if linear else 1.0)
         return [optimizer], [schedule]

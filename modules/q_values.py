@@ -1,7 +1,8 @@
 """Q-learning on plain tensors: the epsilon-greedy policy the collector runs and the DQN loss.
 
 Both are lean compositions of what TorchRL's ``QValueActor`` + ``EGreedyModule`` and ``DQNLoss`` compute
-(masked action values, TD(0) targets with ``torchrl.objectives.value.functional.td0_return_estimate``,
+(masked action values, TD(0) targets with ``torchrl.objectives.value.functional.td0_return_estimate`` through
+:func:`modules.target.td0_target`,
 ``torchrl.objectives.utils.distance_loss``), without building TensorDicts or swapping parameters per call.
 ``tests/modules/test_q_values.py`` checks that :func:`dqn_loss` gives TorchRL's ``DQNLoss`` loss, priorities and
 gradients on the same batch for every option ``modules.dqn.DQNModule`` exposes.
@@ -16,7 +17,8 @@ from tensordict import NestedKey, TensorDictBase
 from torch import Tensor, nn
 from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.objectives.utils import distance_loss
-from torchrl.objectives.value.functional import td0_return_estimate
+
+from modules.target import td0_target, weighted_mean
 
 
 def masked_values(values: Tensor, mask: Tensor | None) -> Tensor:
@@ -87,7 +89,6 @@ def dqn_loss(network: nn.Module, target: nn.Module, batch: TensorDictBase, in_ke
     mask = batch.get(action_mask_key) if action_mask_key is not None else None
     values = masked_values(network(*(batch.get(k) for k in in_keys)), mask)
     predicted = values.gather(-1, batch.get("action").unsqueeze(-1)).squeeze(-1)
-    reward = batch.get(("next", "reward"))
     with torch.no_grad():
         next_inputs = [batch.get(("next", *((k,) if isinstance(k, str) else k))) for k in in_keys]
         next_mask = batch.get(("next", action_mask_key)) if action_mask_key is not None else None
@@ -98,11 +99,7 @@ def dqn_loss(network: nn.Module, target: nn.Module, batch: TensorDictBase, in_ke
         else:
             next_value = next_values.max(-1, keepdim=True).values
         steps = batch.get("steps_to_next_obs", None)
-        discount = gamma if steps is None else gamma ** steps.view_as(reward)
-        terminated = batch.get(("next", "terminated"), None)
-        terminated = batch.get(("next", "done")) if terminated is None else terminated
-        target_value = td0_return_estimate(discount, next_value, reward, terminated).squeeze(-1)
-    loss = distance_loss(predicted, target_value, loss_function)
-    weight = batch.get("priority_weight", None)
-    loss = loss.mean() if weight is None else (loss * weight).sum() / weight.sum()
+        discount = gamma if steps is None else gamma ** steps.view_as(next_value)
+        target_value = td0_target(batch, next_value, discount)
+    loss = weighted_mean(distance_loss(predicted, target_value, loss_function), batch.get("priority_weight", None))
     return loss, (predicted.detach() - target_value).abs()

@@ -163,8 +163,7 @@ class SACModule(RLModule):
 
     def replay_keys(self) -> list:
         """The loss's inputs: the observation now and next, the action, the reward and the done flags."""
-        key, done = self.hparams.observation_key, ["done", "terminated", "truncated"]
-        return [key, "action", *done, *(("next", k) for k in [key, "reward", *done])]
+        return self.transition_keys([self.hparams.observation_key])
 
     def loss(self, batch: TensorDict) -> dict[str, Tensor]:
         """:func:`modules.sac_loss.continuous_sac_loss` or :func:`~modules.sac_loss.discrete_sac_loss` of a
@@ -191,21 +190,16 @@ class SACModule(RLModule):
         items' |TD error| (max over the critics) into ``batch`` under ``td_error`` ``[K, N, 1]`` (for prioritised
         replay)."""
         optimizer = self.optimizers()
-        records, errors = [], []
+        rows, errors = [], []
         for sample in batch.unbind(0):
             out = self.loss(sample)
             loss = out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]
-            optimizer.zero_grad()
-            self.manual_backward(loss)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self._params, self.hparams.max_grad_norm)
-            optimizer.step()
+            grad_norm = self.optimiser_step(optimizer, loss, self.hparams.max_grad_norm)
             self.target.step()
-            records.append(torch.stack([*(out[k].detach() for k in _RECORDED), grad_norm]))
+            rows.append(torch.stack([*(out[k].detach() for k in _RECORDED), grad_norm]))
             errors.append(out["td_error"].unsqueeze(-1))
         batch.set("td_error", torch.stack(errors))
-        means = torch.stack(records).mean(0)  # recorded as len(records) values each: means over updates
-        for key, value in zip([*_RECORDED, "grad_norm"], means.unbind(0)):
-            self.record(f"train/{key}", value, len(records))
+        self.record_updates([f"train/{k}" for k in (*_RECORDED, "grad_norm")], rows)
         return loss.detach()
 
     def configure_optimizers(self):
@@ -213,5 +207,4 @@ class SACModule(RLModule):
         groups = [(list(self.network.actor.parameters()), h.actor_lr), (list(self.critics.parameters()), h.critic_lr)]
         if not h.fixed_alpha:
             groups.append(([self.log_alpha], h.alpha_lr))
-        self._params = [p for params, _ in groups for p in params]
         return torch.optim.Adam([{"params": params, "lr": lr} for params, lr in groups], fused=True)

@@ -3,7 +3,8 @@
 (Christodoulou 2019, arXiv:1910.07207, eqs. 10-12: expectations over the action probabilities).
 
 Lean compositions of what TorchRL's ``SACLoss`` (v2, no value network) and ``DiscreteSACLoss`` compute, with
-TorchRL's own pieces (``TanhNormal``, ``compute_rsample_log_prob``, ``td0_return_estimate``, ``distance_loss``)
+TorchRL's own pieces (``TanhNormal``, ``compute_rsample_log_prob``, ``td0_return_estimate`` through
+:func:`modules.target.td0_target`, ``distance_loss``)
 and plain critic modules instead of stacked functional parameters. ``tests/modules/test_sac_loss.py`` checks
 loss values, priorities and gradients against the TorchRL modules on the same batch and random draws.
 """
@@ -20,7 +21,8 @@ from torch.distributions import Categorical
 from torchrl.modules import TanhNormal
 from torchrl.objectives.sac import compute_rsample_log_prob
 from torchrl.objectives.utils import distance_loss
-from torchrl.objectives.value.functional import td0_return_estimate
+
+from modules.target import td0_target, weighted_mean
 
 
 class Critics(nn.Module):
@@ -58,19 +60,6 @@ def frozen(module: nn.Module):
             p.requires_grad_(True)
 
 
-def _reduce(loss: Tensor, weight: Tensor | None) -> Tensor:
-    """The batch mean, or with prioritised-replay weights sum(w l) / sum(w) (TorchRL's reduction)."""
-    return loss.mean() if weight is None else (loss * weight).sum() / weight.sum()
-
-
-def _td0_target(batch: TensorDictBase, next_value: Tensor, gamma: float) -> Tensor:
-    """r + gamma (1 - terminated) V(s') ``[N]`` from ``next_value`` ``[N, 1]``."""
-    reward = batch.get(("next", "reward"))
-    terminated = batch.get(("next", "terminated"), None)
-    terminated = batch.get(("next", "done")) if terminated is None else terminated
-    return td0_return_estimate(gamma, next_value, reward, terminated).squeeze(-1)
-
-
 def continuous_sac_loss(actor: nn.Module, critics: Critics, target_critics: nn.Module, batch: TensorDictBase,
                         log_alpha: Tensor, target_entropy: Tensor, gamma: float, low: Tensor, high: Tensor,
                         observation_key: str = "observation", loss_function: str = "smooth_l1") -> dict[str, Tensor]:
@@ -99,14 +88,14 @@ def continuous_sac_loss(actor: nn.Module, critics: Critics, target_critics: nn.M
         next_obs = batch.get(("next", observation_key))
         next_action, next_log_prob = compute_rsample_log_prob(TanhNormal(*actor(next_obs), low=low, high=high))
         next_value = (target_critics(next_obs, next_action) - alpha * next_log_prob.unsqueeze(-1)).min(0)[0]
-        target = _td0_target(batch, next_value, gamma)
+        target = td0_target(batch, next_value, gamma)
     predicted = critics(obs, batch.get("action")).squeeze(-1)
-    loss_qvalue = _reduce(distance_loss(predicted, target.expand_as(predicted), loss_function).sum(0), weight)
+    loss_qvalue = weighted_mean(distance_loss(predicted, target.expand_as(predicted), loss_function).sum(0), weight)
     action, log_prob = compute_rsample_log_prob(TanhNormal(*actor(obs), low=low, high=high))
     with frozen(critics):
         min_q = critics(obs, action).min(0)[0].squeeze(-1)
-    loss_actor = _reduce(alpha * log_prob - min_q, weight)
-    loss_alpha = _reduce(-log_alpha * (log_prob.detach() + target_entropy), weight)
+    loss_actor = weighted_mean(alpha * log_prob - min_q, weight)
+    loss_alpha = weighted_mean(-log_alpha * (log_prob.detach() + target_entropy), weight)
     return {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha, "alpha": alpha,
             "entropy": -log_prob.detach().mean(), "td_error": (predicted - target).abs().detach().max(0)[0]}
 
@@ -136,20 +125,20 @@ def discrete_sac_loss(actor: nn.Module, critics: Critics, target_critics: nn.Mod
         next_prob = Categorical(logits=actor(next_obs)).probs
         next_log_prob = torch.log(torch.where(next_prob == 0, 1e-8, next_prob))
         next_value = (next_prob * (target_critics(next_obs).min(0)[0] - alpha * next_log_prob)).sum(-1, keepdim=True)
-        target = _td0_target(batch, next_value, gamma)
+        target = td0_target(batch, next_value, gamma)
     values = critics(obs)
     action = batch.get("action")
     if action.is_floating_point() or action.dtype == torch.bool:  # one-hot actions [N, A]
         predicted = (values * action.to(values.dtype)).sum(-1)
     else:
         predicted = values.gather(-1, action.expand(values.shape[0], *batch.shape).unsqueeze(-1)).squeeze(-1)
-    loss_qvalue = _reduce(distance_loss(predicted, target.expand_as(predicted), loss_function).sum(0), weight)
+    loss_qvalue = weighted_mean(distance_loss(predicted, target.expand_as(predicted), loss_function).sum(0), weight)
     dist = Categorical(logits=actor(obs))
     prob, log_prob = dist.probs, dist.logits
     with frozen(critics):
         min_q = critics(obs).min(0)[0]
-    loss_actor = _reduce((prob * (alpha * log_prob - min_q)).sum(-1), weight)
+    loss_actor = weighted_mean((prob * (alpha * log_prob - min_q)).sum(-1), weight)
     expected_log_prob = (prob * log_prob).sum(-1).detach()
-    loss_alpha = _reduce(-log_alpha * (expected_log_prob + target_entropy), weight)
+    loss_alpha = weighted_mean(-log_alpha * (expected_log_prob + target_entropy), weight)
     return {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha, "alpha": alpha,
             "entropy": -expected_log_prob.mean(), "td_error": (predicted - target).abs().detach().max(0)[0]}

@@ -1,6 +1,7 @@
-"""Target networks (Mnih et al. 2015, Methods "target network"; Lillicrap et al. 2016, "Continuous control
-with deep reinforcement learning", eq. 7 for the soft update): a frozen copy of a network that a loss reads
-directly, with no parameter swapping per call."""
+"""Targets of the value-based losses: target networks (Mnih et al. 2015, Methods "target network"; Lillicrap et
+al. 2016, "Continuous control with deep reinforcement learning", eq. 7 for the soft update), a frozen copy of a
+network that a loss reads directly, with no parameter swapping per call; the TD(0) target value of a sampled
+batch; and the (prioritised-replay weighted) batch mean the losses share."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import copy
 from typing import Literal
 
 import torch
-from torch import nn
+from tensordict import TensorDictBase
+from torch import Tensor, nn
+from torchrl.objectives.value.functional import td0_return_estimate
 
 
 class TargetNetwork(nn.Module):
@@ -67,3 +70,19 @@ class TargetNetwork(nn.Module):
         if self.counter >= self.interval:
             self.copy_source()
             self.counter = 0
+
+
+def td0_target(batch: TensorDictBase, next_value: Tensor, discount: float | Tensor) -> Tensor:
+    """r + discount (1 - terminated) V(s') ``[N]`` (TorchRL's ``td0_return_estimate``) from ``next_value``
+    ``[N, 1]``, the batch's ``("next", "reward")`` and ``("next", "terminated")`` (``("next", "done")`` if absent),
+    ``[N, 1]`` each; ``discount`` is gamma, or gamma^k ``[N, 1]`` for n-step returns."""
+    reward = batch.get(("next", "reward"))
+    terminated = batch.get(("next", "terminated"), None)
+    terminated = batch.get(("next", "done")) if terminated is None else terminated
+    return td0_return_estimate(discount, next_value, reward, terminated).squeeze(-1)
+
+
+def weighted_mean(loss: Tensor, weight: Tensor | None) -> Tensor:
+    """The batch mean of ``loss`` ``[N]``, or with prioritised-replay weights ``[N]`` sum(w l) / sum(w) (TorchRL's
+    weighted reduction)."""
+    return loss.mean() if weight is None else (loss * weight).sum() / weight.sum()

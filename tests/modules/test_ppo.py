@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
 from torch import Tensor
+from torchrl.modules import MaskedCategorical, ProbabilisticActor
 
 from envs import make_env
 from envs.dvrp import DVRPConfig
@@ -60,6 +62,18 @@ def test_gae_matches_hand_computation(terminated_last):
     torch.testing.assert_close(out["value_target"].flatten(), torch.tensor([adv0, adv1, adv2]) + torch.tensor(values[:3]))
 
 
+def _torchrl_actor(module: PPOModule) -> ProbabilisticActor:
+    """TorchRL's actor over the module's policy head (after its ``encoder``): the reference the lean collector
+    policy is checked against."""
+    net = module.network
+    head = TensorDictModule(net.policy, in_keys=["hidden", *net.policy_keys], out_keys=["logits"])
+    if module.hparams.action_mask_key is None:
+        keys, dist = ["logits"], torch.distributions.Categorical
+    else:
+        keys, dist = {"logits": "logits", "mask": module.hparams.action_mask_key}, MaskedCategorical
+    return ProbabilisticActor(head, in_keys=keys, distribution_class=dist, return_log_prob=True)
+
+
 def _dvrp_module() -> tuple[PPOModule, object]:
     torch.manual_seed(0)
     env = make_env(DVRPConfig(num_customers=5), num_envs=4, seed=3)
@@ -106,8 +120,7 @@ def test_masked_actions_never_get_probability():
     with torch.no_grad():
         batch = env.rollout(10, module.collector_policy, break_when_any_done=False)
         flat = batch.reshape(-1)
-        module.encoder(flat)
-        dist = module.actor.get_dist(flat)
+        dist = module.collector_policy.module.distribution(*(flat[k] for k in module.collector_policy.in_keys))[0]
     mask = flat["action_mask"]
     assert (~mask).any() and mask.any(-1).all(), "the rollout must meet masked offers"
     probs = dist.probs
@@ -164,7 +177,7 @@ def test_collector_policy_draws_what_torchrl_actor_draws(case):
             torch.manual_seed(1)
             ours = module.collector_policy(obs.clone())
             torch.manual_seed(1)
-            theirs = module.actor(module.encoder(obs.clone()))
+            theirs = _torchrl_actor(module)(module.encoder(obs.clone()))
         assert torch.equal(ours["action"], theirs["action"]), mode
         assert torch.allclose(ours["action_log_prob"], theirs["action_log_prob"]), mode
     with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):  # sampling differs from the mode somewhere
