@@ -15,9 +15,11 @@ from envs.config import EnvConfig
 
 def make_env(config: EnvConfig, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
     """Build ``config``'s env with ``num_envs`` rows seeded ``seed, seed + 1, ...`` plus the standard
-    transforms: ``RewardSum`` (``episode_reward``, the undiscounted return of the running episode) and,
-    where the env emits ``action_mask``, ``ActionMask`` (keeps ``action_spec``'s mask current, so
-    ``rand_action`` and random rollouts respect it).
+    transforms: ``RewardSum`` (``episode_reward``, the undiscounted return of the running episode) unless the
+    env writes ``episode_reward`` itself (``envs.gym.GymVectorEnv``) and, where the env emits ``action_mask``,
+    ``ActionMask`` (keeps ``action_spec``'s mask current, so ``rand_action`` and random rollouts respect it).
+    An env that needs no transform is returned as built (no ``TransformedEnv`` layer, whose per-step cost
+    shows on small batches); :func:`unwrap` gives the base env either way.
 
     Raises:
         ValueError: ``num_envs < 1``.
@@ -25,10 +27,10 @@ def make_env(config: EnvConfig, num_envs: int, seed: int, device: torch.device |
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     base = config.make(num_envs=num_envs, seed=seed, device=device)
-    transforms = [RewardSum()]
+    transforms = [] if "episode_reward" in base.observation_spec.keys() else [RewardSum()]
     if "action_mask" in base.observation_spec.keys():
         transforms.append(ActionMask())
-    return TransformedEnv(base, Compose(*transforms))
+    return TransformedEnv(base, Compose(*transforms)) if transforms else base
 
 
 def unwrap(env: EnvBase) -> EnvBase:

@@ -10,13 +10,13 @@ from typing import Literal
 
 import torch
 from tensordict import NestedKey, TensorDict
-from tensordict.nn import TensorDictModule
 from torch import Tensor, nn
 from torch.nn.modules.lazy import LazyModuleMixin
 from torchrl.envs import MultiStepTransform
 
 from envs import EnvSpecs
 from modules.base import RLModule
+from modules.policy import TensorPolicy
 from modules.q_values import EpsilonGreedyQPolicy, dqn_loss
 from modules.target import TargetNetwork
 
@@ -175,12 +175,11 @@ class DQNModule(RLModule):
             self.network(*(observation[k] for k in h.in_keys))
         masked = h.action_mask_key is not None
         self.policy = EpsilonGreedyQPolicy(self.network, masked=masked, epsilon=h.epsilon)
-        self._policy = TensorDictModule(self.policy, in_keys=[*h.in_keys, *([h.action_mask_key] if masked else [])],
-                                        out_keys=["action"])
+        self._policy = TensorPolicy(self.policy, [*h.in_keys, *([h.action_mask_key] if masked else [])], ["action"])
         self.target = TargetNetwork(self.network, h.target_update, h.target_update_interval, h.tau)
 
     @property
-    def collector_policy(self) -> TensorDictModule:
+    def collector_policy(self) -> TensorPolicy:
         return self._policy
 
     def prepare(self, specs: EnvSpecs) -> None:

@@ -16,6 +16,7 @@ from torchrl.objectives.value import GAE
 from envs import EnvSpecs
 from modules.actor_critic import ActorCriticNetwork, CategoricalPolicy
 from modules.base import RLModule
+from modules.policy import TensorPolicy
 from modules.ppo_loss import ppo_loss
 
 _RECORDED = ("loss_objective", "loss_critic", "loss_entropy", "entropy", "kl_approx", "clip_fraction",
@@ -80,11 +81,10 @@ class PPOModule(RLModule):
         self.gae.set_keys(reward="scaled_reward")
         masked = action_mask_key is not None
         keys = [*network.in_keys, *network.policy_keys, *([action_mask_key] if masked else [])]
-        self._policy = TensorDictModule(CategoricalPolicy(network, masked), in_keys=keys,
-                                        out_keys=["action", "action_log_prob", "hidden"])
+        self._policy = TensorPolicy(CategoricalPolicy(network, masked), keys, ["action", "action_log_prob", "hidden"])
 
     @property
-    def collector_policy(self) -> TensorDictModule:
+    def collector_policy(self) -> TensorPolicy:
         """:class:`modules.actor_critic.CategoricalPolicy` (the draws of TorchRL's ``ProbabilisticActor`` over the
         policy head; ``encoder`` and ``critic`` stay TorchRL modules for GAE's values)."""
         return self._policy

@@ -10,14 +10,16 @@ import math
 
 import torch
 from tensordict import TensorDict
-from tensordict.nn import NormalParamExtractor, TensorDictModule
+from tensordict.nn import NormalParamExtractor
 from torch import Tensor, nn
 from torch.distributions import Categorical as TorchCategorical
 from torchrl.data import Bounded, Categorical, OneHot
-from torchrl.modules import ProbabilisticActor, TanhNormal
+from torchrl.envs.utils import ExplorationType, exploration_type
+from torchrl.modules import TanhNormal
 
 from envs import EnvSpecs
 from modules.base import RLModule
+from modules.policy import TensorPolicy
 from modules.sac_loss import Critics, continuous_sac_loss, discrete_sac_loss
 from modules.target import TargetNetwork
 
@@ -77,6 +79,43 @@ class _Critic(nn.Module):
         return self.mlp(torch.cat([observation, action], -1))
 
 
+class SACActorPolicy(nn.Module):
+    """The collector's SAC policy: the actor's action distribution and one draw from it, as TorchRL's
+    ``ProbabilisticActor`` over the actor draws it (``tests/modules/test_sac.py`` checks the same actions on the
+    same random state), without its TensorDict modules around every call.
+
+    * continuous (``low``, ``high`` given): ``TanhNormal(loc, scale, low, high)`` of the actor's ``loc, scale``;
+    * discrete: ``Categorical(logits)``.
+
+    Under ``ExplorationType.RANDOM`` (the collector's) the action is a sample (``rsample`` for the tanh-normal);
+    otherwise (evaluation, and outside any setting, ``ProbabilisticActor``'s default) it is deterministic: the
+    tanh-normal's ``deterministic_sample`` (the squashed mean) or the most likely action.
+
+    Called as ``policy(observation)`` ``[*B, F]``; returns the action ``[*B, A]`` (continuous) or ``[*B]`` (int64).
+
+    Args:
+        actor: the actor network (``SACNetworks.actor``). low, high: the action bounds ``[A]`` (continuous);
+            None for a discrete actor.
+    """
+
+    def __init__(self, actor: nn.Module, low: Tensor | None = None, high: Tensor | None = None) -> None:
+        super().__init__()
+        self.actor = actor
+        self.discrete = low is None
+        if not self.discrete:
+            self.register_buffer("low", low.clone())
+            self.register_buffer("high", high.clone())
+
+    def forward(self, observation: Tensor) -> Tensor:
+        sample = exploration_type() == ExplorationType.RANDOM
+        if self.discrete:
+            dist = TorchCategorical(logits=self.actor(observation))
+            return dist.sample() if sample else dist.mode
+        loc, scale = self.actor(observation)
+        dist = TanhNormal(loc, scale, low=self.low, high=self.high)
+        return dist.rsample() if sample else dist.deterministic_sample
+
+
 class SACModule(RLModule):
     """SAC on sampled replay batches (``pipelines.data.OffPolicyDataModule``).
 
@@ -116,7 +155,8 @@ class SACModule(RLModule):
                                  f"tau in (0, 1]; num_qvalue_nets >= 1)")
         self.save_hyperparameters(ignore=["network"])
         self.network = network
-        self._actor: ProbabilisticActor | None = None
+        self.policy: SACActorPolicy | None = None
+        self._policy: TensorPolicy | None = None
 
     def build(self, action_spec, observation: TensorDict) -> None:
         """Build the actor (the collector's policy), the critics (``num_qvalue_nets`` copies of the network's
@@ -128,9 +168,7 @@ class SACModule(RLModule):
         if discrete:
             n = int(action_spec.space.n)
             self.network.build(n, discrete=True)
-            module = TensorDictModule(self.network.actor, [h.observation_key], ["logits"])
-            self._actor = ProbabilisticActor(module, in_keys=["logits"], spec=action_spec,
-                                             distribution_class=TorchCategorical, return_log_prob=False)
+            self.policy = SACActorPolicy(self.network.actor)
             with torch.no_grad():
                 self.network.actor(obs)
                 self.network.critic(obs)
@@ -138,20 +176,15 @@ class SACModule(RLModule):
         elif isinstance(action_spec, Bounded) and action_spec.domain == "continuous":
             dim = int(action_spec.shape[-1])
             self.network.build(dim, discrete=False)
-            module = TensorDictModule(self.network.actor, [h.observation_key], ["loc", "scale"])
-            self.register_buffer("action_low", action_spec.space.low.clone())
-            self.register_buffer("action_high", action_spec.space.high.clone())
-            self._actor = ProbabilisticActor(module, in_keys=["loc", "scale"], spec=action_spec,
-                                             distribution_class=TanhNormal,
-                                             distribution_kwargs={"low": self.action_low, "high": self.action_high},
-                                             return_log_prob=False)
+            self.policy = SACActorPolicy(self.network.actor, action_spec.space.low, action_spec.space.high)
             with torch.no_grad():
-                self.network.critic(obs, self._actor(observation.clone())["action"])
+                self.network.critic(obs, self.policy(obs))
             target_entropy = -float(dim)  # TorchRL SACLoss's default: -A
         else:
             raise ValueError(f"SACModule needs a bounded continuous (Bounded) or a discrete (Categorical, OneHot) "
                              f"action spec, got {type(action_spec).__name__}")
         self.discrete = discrete
+        self._policy = TensorPolicy(self.policy, [h.observation_key], ["action"])
         self.critics = Critics(self.network.critic, h.num_qvalue_nets)
         self.target = TargetNetwork(self.critics, "soft", tau=h.tau)
         log_alpha = torch.tensor(math.log(h.alpha_init))
@@ -173,15 +206,16 @@ class SACModule(RLModule):
             return discrete_sac_loss(self.network.actor, self.critics, self.target, batch, self.log_alpha,
                                      self.target_entropy, h.gamma, h.observation_key)
         return continuous_sac_loss(self.network.actor, self.critics, self.target, batch, self.log_alpha,
-                                   self.target_entropy, h.gamma, self.action_low, self.action_high, h.observation_key)
+                                   self.target_entropy, h.gamma, self.policy.low, self.policy.high, h.observation_key)
 
     @property
-    def collector_policy(self) -> ProbabilisticActor:
-        return self._actor
+    def collector_policy(self) -> TensorPolicy:
+        """:class:`SACActorPolicy` on the observation, writing ``action``."""
+        return self._policy
 
     def prepare(self, specs: EnvSpecs) -> None:
         """Build on the env's specs: its action spec and an example observation (lazy layers)."""
-        if self._actor is None:
+        if self.policy is None:
             self.build(specs.agent_action_spec, specs.example_observation)
 
     # ------------------------------------------------------------------ update

@@ -191,7 +191,7 @@ class RLDataModule(L.LightningDataModule):
                                                   self.control.startup_calls(), **self._collector_options())
                 self.control.connect(self._collector)
             else:
-                self._collector = local_collector(self.env, policy, self.frames_per_batch, self.device,
+                self._collector = local_collector(self.env, policy, self.frames_per_batch,
                                                   **self._collector_options())
         return self._collector
 

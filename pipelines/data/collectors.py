@@ -30,10 +30,12 @@ from pipelines.data.env_control import Call, apply_calls
 SHUTDOWN_TIMEOUT_S = 5.0  # TorchRL asks workers to close, then terminates, then kills them within this time
 
 
-def local_collector(env: EnvBase, policy: nn.Module, frames_per_batch: int, device: str, **options) -> Collector:
-    """TorchRL's ``Collector`` over the in-process training env (``options``: e.g. ``init_random_frames``)."""
-    return Collector(env, policy, frames_per_batch=frames_per_batch, total_frames=-1, device=device,
-                     auto_register_policy_transforms=False, trust_policy=True, **options)
+def local_collector(env: EnvBase, policy: nn.Module, frames_per_batch: int, **options) -> Collector:
+    """TorchRL's ``Collector`` over the in-process training env, on the env's device (``options``: e.g.
+    ``init_random_frames``). Trajectory ids are not tracked (nothing reads them: 7% of a collected step)."""
+    return Collector(env, policy, frames_per_batch=frames_per_batch, total_frames=-1, device=env.device,
+                     auto_register_policy_transforms=False, trust_policy=True, track_traj_ids=False,
+                     **options)
 
 
 def make_worker_env(env_config: EnvConfig, num_envs: int, seed: int, calls: list[Call]) -> EnvBase:

@@ -3,8 +3,10 @@ reproducibly, rows different from each other."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import pytest
 import torch
+from torchrl.envs import EnvBase, GymWrapper, RewardSum, TransformedEnv, check_env_specs
 
 from envs import make_env
 from envs.gym import GymConfig
@@ -48,3 +50,55 @@ def test_vector_backend_truncates_continuous_control_episodes():
         out, td = env.step_and_maybe_reset(td)
         ended += [step + 1] * int(out["next", "truncated"].sum())
     assert ended == [200] * 4 + [400] * 4  # Pendulum's 200-step limit, every row, then again after the reset
+
+
+def wrapper_reference(env_id: str, num_envs: int, seed: int) -> EnvBase:
+    """TorchRL's own wrapping of the same vector env: ``GymWrapper`` + ``RewardSum``."""
+    vector = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+                          vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    env = TransformedEnv(GymWrapper(vector, categorical_action_encoding=True), RewardSum())
+    env.set_seed(seed)
+    return env
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_vector_env_gives_torchrl_wrappers_data(env_id):
+    """Step for step, the same entries and values as TorchRL's GymWrapper + RewardSum over the same vector env,
+    through episode ends (CartPole: random play ends rows' episodes at different steps; Pendulum: every row's
+    200-step truncation). Compared up to the first step that ends every row at once: there TorchRL asks for a
+    reset without ``_reset`` and its wrapper resets the vector env again, while ours starts the episodes the
+    vector env began in that step (both fresh episodes; from there the RNG streams part)."""
+    check_env_specs(make_env(GymConfig(env_id), 4, 7))
+    ours, reference = make_env(GymConfig(env_id), 4, 7), wrapper_reference(env_id, 4, 7)
+    assert set(ours.observation_spec.keys()) == set(reference.observation_spec.keys())
+    assert ours.full_done_spec == reference.full_done_spec and ours.action_spec == reference.action_spec
+    ours.reset()  # GymWrapper.set_seed resets its vector env with the seed: its next reset is the second one
+    td, expected = ours.reset(), reference.reset()
+    torch.manual_seed(0)
+    ends = 0
+    for _ in range(300):
+        td["action"] = expected["action"] = ours.action_spec.rand()
+        out, td = ours.step_and_maybe_reset(td)
+        ref, expected = reference.step_and_maybe_reset(expected)
+        for key in ref.keys(True, True):
+            assert torch.equal(out[key], ref[key]), key
+        if out["next", "done"].all():
+            break
+        ends += int(out["next", "done"].sum())  # rows reset while others play on
+        assert torch.equal(td["observation"], expected["observation"])
+        assert torch.equal(td["episode_reward"], expected["episode_reward"])
+    assert ends >= (4 if env_id == "CartPole-v1" else 0)
+
+
+def test_vector_env_resets_rows_on_request():
+    """A partial reset of rows that have not finished restarts them (gymnasium's reset_mask); the others play on."""
+    env = make_env(GymConfig("CartPole-v1"), 3, 0)
+    td = env.reset()
+    td["action"] = torch.zeros(3, dtype=torch.long)
+    _, td = env.step_and_maybe_reset(td)
+    before = td["observation"].clone()
+    td["_reset"] = torch.tensor([[False], [True], [False]])
+    after = env.reset(td)
+    assert torch.equal(after["observation"][[0, 2]], before[[0, 2]])
+    assert not torch.equal(after["observation"][1], before[1]) and after["episode_reward"][1] == 0
+    assert after["episode_reward"][0] == 1.0  # the others keep their returns

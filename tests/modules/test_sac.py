@@ -98,3 +98,36 @@ def test_pendulum_config_reaches_its_goal(tmp_path):
     assert cli.model.latest_metrics  # ran
     evaluation = next(c for c in cli.trainer.callbacks if type(c).__name__ == "PolicyEvaluation")
     assert evaluation.evaluate(cli.trainer, cli.model)["eval/episode_return"] > -200
+
+
+@pytest.mark.parametrize("discrete", [False, True])
+def test_collector_policy_draws_what_torchrl_actor_draws(discrete):
+    """The lean collector policy gives TorchRL's ProbabilisticActor's actions on the same random state: samples
+    under RANDOM, the deterministic action under DETERMINISTIC and outside any setting."""
+    from tensordict.nn import TensorDictModule
+    from torch.distributions import Categorical as TorchCategorical
+    from torchrl.envs import ExplorationType, set_exploration_type
+    from torchrl.modules import ProbabilisticActor, TanhNormal
+
+    torch.manual_seed(0)
+    spec = Categorical(3) if discrete else Bounded(-2.0, torch.tensor([2.0, 1.0]), shape=(2,))
+    module = SACModule(SACNetworks((16,), (16,)))
+    obs = TensorDict(observation=torch.randn(256, 3), batch_size=[256])
+    module.build(spec, obs)
+    if discrete:
+        theirs = ProbabilisticActor(TensorDictModule(module.network.actor, ["observation"], ["logits"]), ["logits"],
+                                    spec=spec, distribution_class=TorchCategorical)
+    else:
+        theirs = ProbabilisticActor(TensorDictModule(module.network.actor, ["observation"], ["loc", "scale"]),
+                                    ["loc", "scale"], spec=spec, distribution_class=TanhNormal,
+                                    distribution_kwargs={"low": spec.space.low, "high": spec.space.high})
+    actions = {}
+    for mode in (ExplorationType.RANDOM, ExplorationType.DETERMINISTIC, None):
+        with torch.no_grad(), set_exploration_type(mode):
+            torch.manual_seed(1)
+            ours = module.collector_policy(obs.clone())["action"]
+            torch.manual_seed(1)
+            assert torch.equal(ours, theirs(obs.clone())["action"]), mode
+        actions[mode] = ours
+    assert not torch.equal(actions[ExplorationType.RANDOM], actions[ExplorationType.DETERMINISTIC])
+    assert torch.equal(actions[None], actions[ExplorationType.DETERMINISTIC])
