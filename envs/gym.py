@@ -22,14 +22,16 @@ BACKENDS = ("vector", "serial", "parallel")
 class GymConfig(EnvConfig):
     """A gymnasium env id, vectorised ``num_envs`` times.
 
-    Observations are the env's ``observation``; discrete actions are int64 (``categorical_action_encoding``).
+    Observations are the env's ``observation`` (one entry per key of a ``Dict`` observation space); discrete
+    actions are int64 (``categorical_action_encoding``).
 
     Args:
         env_id: the gymnasium id, e.g. ``CartPole-v1``.
         backend: ``vector`` (:class:`GymVectorEnv`: gymnasium's ``SyncVectorEnv`` of ``num_envs`` envs,
-            stepped in one call and reset in the same step when done; the fastest in one process), ``serial`` (TorchRL's ``SerialEnv`` of single ``GymEnv``) or
-            ``parallel`` (``ParallelEnv``, one worker process per env). Each backend seeds its rows its own
-            way: a run is reproducible for a given backend, not across them.
+            stepped in one call and reset in the same step when done; the fastest in one process), ``serial``
+            (TorchRL's ``SerialEnv`` of single ``GymEnv``) or ``parallel`` (``ParallelEnv``, one worker process
+            per env). Each backend seeds its rows its own way: a run is reproducible for a given backend, not
+            across them.
 
     Raises:
         ValueError: an unknown backend; gymnasium's error for an unknown ``env_id`` (the env is built
@@ -63,7 +65,10 @@ class GymVectorEnv(EnvBase):
     the two step by step): the vector env resets a finished env within the step that ends it (gymnasium's
     same-step autoreset), the step returns the episode's final observation under ``("next", ...)``, and the
     new episode's first observation is handed out by the partial reset that TorchRL's
-    ``step_and_maybe_reset`` makes next, without stepping the env again. Built for speed (issue 13): no
+    ``step_and_maybe_reset`` makes next, without stepping the env again (for a ``Dict`` observation space the
+    wrapper writes zeros as final observations; this env writes them as the vector env returns them; when
+    every row finishes in one step the wrapper resets the vector env again, this env starts the episodes the
+    vector env began). Built for speed (issue 13): no
     generic reading of infos and specs and no transform layer (``envs.make_env`` adds none, as the env
     writes ``episode_reward``), about a quarter of ``GymWrapper`` + ``RewardSum``'s time per step at 8 CartPole
     envs (``benchmarks/gym_collection.py``). Row b is seeded ``seed + b`` (gymnasium's vector seeding).
@@ -83,7 +88,7 @@ class GymVectorEnv(EnvBase):
     """
 
     def __init__(self, env_id: str, num_envs: int, device: torch.device | str = "cpu") -> None:
-        super().__init__(device=None if torch.device(device).type == "cpu" else device,
+        super().__init__(device=None if device is None or torch.device(device).type == "cpu" else device,
                          batch_size=torch.Size([num_envs]))
         one = GymEnv(env_id, categorical_action_encoding=True)
         try:

@@ -4,6 +4,7 @@ reproducibly, rows different from each other."""
 from __future__ import annotations
 
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from torchrl.envs import EnvBase, GymWrapper, RewardSum, TransformedEnv, check_env_specs
@@ -61,6 +62,21 @@ def wrapper_reference(env_id: str, num_envs: int, seed: int) -> EnvBase:
     return env
 
 
+class DictCartPole(gym.ObservationWrapper):
+    """CartPole with a ``Dict`` observation (position and velocity entries), for the vector env's dict path."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+        box = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.observation_space = gym.spaces.Dict(position=box, velocity=box)
+
+    def observation(self, observation):
+        return {"position": observation[[0, 2]], "velocity": observation[[1, 3]]}
+
+
+gym.register("DictCartPole-v0", entry_point=DictCartPole, max_episode_steps=500)
+
+
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_vector_env_gives_torchrl_wrappers_data(env_id):
     """Step for step, the same entries and values as TorchRL's GymWrapper + RewardSum over the same vector env,
@@ -85,9 +101,29 @@ def test_vector_env_gives_torchrl_wrappers_data(env_id):
         if out["next", "done"].all():
             break
         ends += int(out["next", "done"].sum())  # rows reset while others play on
-        assert torch.equal(td["observation"], expected["observation"])
-        assert torch.equal(td["episode_reward"], expected["episode_reward"])
+        for key in ours.observation_spec.keys():
+            assert torch.equal(td[key], expected[key]), key
     assert ends >= (4 if env_id == "CartPole-v1" else 0)
+
+
+def test_vector_env_reads_dict_observations():
+    """A Dict observation space gives one entry per key, final observations included (TorchRL's GymWrapper
+    writes zeros there for a Dict space): the same values as the array env it is built from."""
+    flat, nested = make_env(GymConfig("CartPole-v1"), 4, 3), make_env(GymConfig("DictCartPole-v0"), 4, 3)
+    assert set(nested.observation_spec.keys()) == {"position", "velocity", "episode_reward"}
+    td, other = flat.reset(), nested.reset()
+    torch.manual_seed(0)
+    ends = 0
+    for _ in range(300):
+        td["action"] = other["action"] = flat.action_spec.rand()
+        out, td = flat.step_and_maybe_reset(td)
+        got, other = nested.step_and_maybe_reset(other)
+        for root, mine in ((out["next"], got["next"]), (td, other)):
+            assert torch.equal(mine["position"], root["observation"][:, [0, 2]])
+            assert torch.equal(mine["velocity"], root["observation"][:, [1, 3]])
+            assert torch.equal(mine["episode_reward"], root["episode_reward"])
+        ends += int(out["next", "done"].sum())
+    assert ends >= 8
 
 
 def test_vector_env_resets_rows_on_request():
