@@ -14,10 +14,10 @@ ARGS ?=
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "torch==2.13.0" $(TORCH_PIP_ARGS)
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
 	$(BIN)/python -c "import torch, torchrl, tensordict, lightning; \
 	assert torch.__version__.split('+')[0] == '2.13.0', torch.__version__; \
 	print('stack: torch', torch.__version__, 'torchrl', torchrl.__version__, 'tensordict', tensordict.__version__, 'lightning', lightning.__version__)"
@@ -39,7 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/dvrp_throughput.py $(ARGS)
 
 bench-peer: $(STAMP)
-	$(BIN)/python -c "import stable_baselines3" 2>/dev/null || $(BIN)/python -m pip install -q -e ".[bench]"
+	$(BIN)/python -c "import stable_baselines3" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e ".[bench]"
 	$(BIN)/python benchmarks/peer_sb3.py $(ARGS)
 
 clean:
