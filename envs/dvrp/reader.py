@@ -10,6 +10,7 @@ once, from paths the user gives; nothing is shipped with the project.
 from __future__ import annotations
 
 import glob
+import math
 import os
 
 import numpy as np
@@ -32,13 +33,16 @@ def read_instance_file(path: str) -> dict[str, np.ndarray | float | str]:
     Raises:
         FileNotFoundError: the file does not exist.
         ValueError: the file cannot be parsed, or misses coordinates / demands / time windows, or its
-            depot is not the first node; the message names the file.
+            depot is not the first node; or a value is out of range: a number that is not finite, a negative
+            demand or service time, a time window that closes before it opens, a demand above the capacity, a
+            capacity that is not positive. The message names the file (and the line of the value).
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"instance file not found: {path!r}")
     ext = os.path.splitext(path)[1].lower()
     if ext not in (".txt", ".vrp"):
         raise ValueError(f"instance file {path!r}: unknown extension {ext!r} (allowed: .txt Solomon, .vrp VRPLIB)")
+    _reject_non_finite(path)  # vrplib would read "nan" into an integer section as some integer
     try:
         raw = vrplib.read_instance(path, instance_format="solomon" if ext == ".txt" else "vrplib",
                                    compute_edge_weights=False)
@@ -59,10 +63,60 @@ def read_instance_file(path: str) -> dict[str, np.ndarray | float | str]:
     if xy.ndim != 2 or xy.shape[1] != 2 or tw.shape != (n, 2) or demand.shape != (n,) or n < 2:
         raise ValueError(f"instance file {path!r} is malformed: inconsistent section sizes "
                          f"(coords {xy.shape}, windows {tw.shape}, demands {demand.shape})")
-    if np.any(tw[:, 1] < tw[:, 0]):
-        raise ValueError(f"instance file {path!r} is malformed: a time window ends before it starts")
-    return dict(name=str(raw.get("name", os.path.basename(path))), xy=xy, demand=demand, ready=tw[:, 0],
-                due=tw[:, 1], service=service, capacity=float(raw["capacity"]))
+    ready, due = tw[:, 0], tw[:, 1]
+    capacity = float(raw["capacity"])
+    checks = [("demand", "demand", demand < 0, "is negative"),
+              ("service time", "service", service < 0, "is negative"),
+              ("time window", "time_window", due < ready, "closes before it opens"),
+              ("demand", "demand", demand > capacity, f"is above the capacity {capacity:g}")]
+    if capacity <= 0:
+        raise ValueError(f"instance file {path!r}, line {_line(path, ext, 'capacity', 0)}: the capacity "
+                         f"{capacity:g} is not a positive number")
+    for name, field, bad, what in checks:
+        if bad.any():
+            node = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"instance file {path!r}, line {_line(path, ext, field, node)}: the {name} of node "
+                             f"{node} ({'the depot' if node == 0 else 'a customer'}) {what}")
+    return dict(name=str(raw.get("name", os.path.basename(path))), xy=xy, demand=demand, ready=ready,
+                due=due, service=service, capacity=capacity)
+
+
+def _reject_non_finite(path: str) -> None:
+    """Raise ``ValueError`` naming the file and line of the first number that is not finite (nan, inf)."""
+    with open(path, errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            for token in line.replace(":", " ").split():
+                try:
+                    value = float(token)
+                except ValueError:
+                    continue
+                if not math.isfinite(value):
+                    raise ValueError(f"instance file {path!r}, line {number}: {token!r} is not a finite number")
+
+
+_SECTIONS = {"xy": "NODE_COORD_SECTION", "demand": "DEMAND_SECTION", "time_window": "TIME_WINDOW_SECTION",
+             "service": "SERVICE_TIME_SECTION"}
+
+
+def _line(path: str, ext: str, field: str, node: int) -> int | str:
+    """The 1-based line of ``path`` that holds ``field`` of ``node`` (0 = the depot), for error messages: in a
+    Solomon text file the node's row of seven numbers (the capacity: the row after the ``CAPACITY`` heading); in
+    a VRPLIB file the node's row of the field's section (the ``CAPACITY`` / ``SERVICE_TIME`` header where the
+    file gives one value). ``?`` where the layout is not the expected one."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    if ext == ".txt":
+        if field == "capacity":
+            heading = [i for i, line in enumerate(lines) if "CAPACITY" in line.upper()]
+            return heading[0] + 2 if heading else "?"
+        rows = [i for i, line in enumerate(lines) if len(line.split()) == 7 and line.split()[0].isdigit()]
+        return rows[node] + 1 if node < len(rows) else "?"
+    headers = {line.split(":")[0].strip().upper(): i for i, line in enumerate(lines)}
+    section = _SECTIONS.get(field)
+    if section in headers:
+        return headers[section] + 2 + node
+    header = {"capacity": "CAPACITY", "service": "SERVICE_TIME"}.get(field)
+    return headers[header] + 1 if header in headers else "?"
 
 
 def expand_instance_paths(pattern: str) -> list[str]:

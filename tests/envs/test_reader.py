@@ -245,3 +245,44 @@ def test_config_derived_sizes():
     cfg = DVRPConfig(max_shift=2, type_mix=[0.5, 0.5])
     assert cfg.num_actions == 6 and cfg.num_types == 2
     assert DVRPConfig().num_actions == 8 and DVRPConfig().num_types == 4
+
+
+def _solomon_with(tmp_path: Path, node: int, column: int, value: str) -> tuple[Path, int]:
+    """A Solomon file whose customer ``node`` has ``value`` in ``column`` (1 x, 2 y, 3 demand, 4 ready, 5 due,
+    6 service); returns the path and that row's 1-based line number."""
+    path = write_solomon(tmp_path / "bad.txt", (50, 50, 1000), random_nodes(6, seed=4), capacity=100)
+    lines = path.read_text().splitlines()
+    row = [i for i, line in enumerate(lines) if line.split()[:1] == [str(node)]][-1]
+    fields = lines[row].split()
+    fields[column] = value
+    lines[row] = "  ".join(fields)
+    path.write_text("\n".join(lines) + "\n")
+    return path, row + 1
+
+
+@pytest.mark.parametrize("column,value,message", [
+    (1, "nan", "'nan' is not a finite number"),
+    (4, "inf", "'inf' is not a finite number"),
+    (3, "-500", "demand of node 3 .* is negative"),
+    (3, "150", "demand of node 3 .* is above the capacity 100"),
+    (6, "-1", "service time of node 3 .* is negative"),
+    (5, "1", "time window of node 3 .* closes before it opens"),
+])
+def test_out_of_range_values_are_rejected_naming_file_and_line(tmp_path, column, value, message):
+    """Each bad value stops the read (and the config) with the file, the line and what is wrong."""
+    path, line = _solomon_with(tmp_path, 3, column, value)
+    with pytest.raises(ValueError, match=rf"bad\.txt', line {line}: (the )?{message}"):
+        read_instance_file(str(path))
+    with pytest.raises(ValueError, match=rf"line {line}"):
+        DVRPConfig(instances=str(path), num_customers=3)
+
+
+def test_vrplib_values_name_their_section_line(tmp_path):
+    nodes = random_nodes(6, seed=4)
+    nodes[1] = (*nodes[1][:2], -500, *nodes[1][3:])
+    path = write_vrplib(tmp_path / "bad.vrp", (50, 50, 1000), nodes)
+    lines = path.read_text().splitlines()
+    line = lines.index("DEMAND_SECTION") + 1 + 3  # node 2 (0 = depot) is the section's third row
+    assert lines[line - 1].split() == ["3", "-500"]
+    with pytest.raises(ValueError, match=rf"bad\.vrp', line {line}: the demand of node 2 .* is negative"):
+        read_instance_file(str(path))
