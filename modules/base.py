@@ -21,6 +21,22 @@ from envs.episodes import episode_results
 
 _DONE_KEYS = ("done", "terminated", "truncated")
 
+LEARNING_RATE = "a learning rate in (0, 1]"
+DISCOUNT = "in [0, 1]"
+
+
+def check_hparams(*rules: tuple[str, object, bool, str]) -> None:
+    """A module's hyper-parameter checks at construction, before any work: each rule is ``(key, value, ok,
+    allowed)``. A value is out of range unless ``ok`` (write ranges as chained comparisons such as
+    ``0 < lr <= 1``, which are false for nan and for an infinity outside them).
+
+    Raises:
+        ValueError: ``model.<key>=<value> is not allowed: <allowed>`` for the first rule that fails.
+    """
+    for key, value, ok, allowed in rules:
+        if not ok:
+            raise ValueError(f"model.{key}={value!r} is not allowed: {allowed}")
+
 log = logging.getLogger(__name__)
 
 

@@ -6,6 +6,7 @@ tested equal to TorchRL's ``DQNLoss``."""
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -15,7 +16,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from torchrl.envs import MultiStepTransform
 
 from envs import EnvSpecs
-from modules.base import RLModule
+from modules.base import DISCOUNT, LEARNING_RATE, RLModule, check_hparams
 from modules.policy import TensorPolicy
 from modules.q_values import EpsilonGreedyQPolicy, dqn_loss
 from modules.target import TargetNetwork
@@ -140,9 +141,11 @@ class DQNModule(RLModule):
                  in_keys: tuple[str, ...] = ("observation",), action_mask_key: str | None = None,
                  loss_function: Literal["l2", "smooth_l1"] = "smooth_l1") -> None:
         super().__init__()
-        if lr <= 0 or not 0 <= gamma <= 1 or n_step < 1 or not 0 < tau <= 1 or target_update_interval < 1:
-            raise ValueError(f"model: lr > 0, gamma in [0, 1], n_step >= 1, tau in (0, 1], target_update_interval "
-                             f">= 1 required (got {lr}, {gamma}, {n_step}, {tau}, {target_update_interval})")
+        check_hparams(("lr", lr, 0 < lr <= 1, LEARNING_RATE), ("gamma", gamma, 0 <= gamma <= 1, DISCOUNT),
+                      ("n_step", n_step, n_step >= 1, ">= 1"), ("tau", tau, 0 < tau <= 1, "in (0, 1]"),
+                      ("target_update_interval", target_update_interval, target_update_interval >= 1, ">= 1"),
+                      ("max_grad_norm", max_grad_norm, 0 < max_grad_norm < math.inf, "> 0 and finite"),
+                      ("epsilon", epsilon, 0 <= epsilon <= 1, "in [0, 1]"))
         if target_update not in ("hard", "soft"):
             raise ValueError(f"model.target_update={target_update!r} is not allowed: one of hard, soft")
         if loss_function not in ("l2", "smooth_l1"):

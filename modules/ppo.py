@@ -4,6 +4,7 @@ GAE (Schulman et al. 2016, arXiv:1506.02438), on TorchRL's ``GAE``; the update i
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -15,12 +16,16 @@ from torchrl.objectives.value import GAE
 
 from envs import EnvSpecs
 from modules.actor_critic import ActorCriticNetwork, CategoricalPolicy
-from modules.base import RLModule
+from modules.base import DISCOUNT, LEARNING_RATE, RLModule, check_hparams
 from modules.policy import TensorPolicy
 from modules.ppo_loss import ppo_loss
 
 _RECORDED = ("loss_objective", "loss_critic", "loss_entropy", "entropy", "kl_approx", "clip_fraction",
              "explained_variance", "loss", "grad_norm")
+
+
+# far above any useful scale; catches a mistyped exponent (1e30 overflowed the critic's squared error to inf)
+MAX_REWARD_SCALE = 1e6
 
 
 class PPOModule(RLModule):
@@ -66,9 +71,14 @@ class PPOModule(RLModule):
         loss_critic_type: Literal["l2", "smooth_l1"] = "l2",
     ) -> None:
         super().__init__()
-        if lr <= 0 or not 0 <= gamma <= 1 or not 0 <= gae_lambda <= 1 or clip_epsilon <= 0:
-            raise ValueError(f"model: lr > 0, gamma and gae_lambda in [0, 1], clip_epsilon > 0 required "
-                             f"(got lr={lr}, gamma={gamma}, gae_lambda={gae_lambda}, clip_epsilon={clip_epsilon})")
+        check_hparams(("lr", lr, 0 < lr <= 1, LEARNING_RATE), ("gamma", gamma, 0 <= gamma <= 1, DISCOUNT),
+                      ("gae_lambda", gae_lambda, 0 <= gae_lambda <= 1, DISCOUNT),
+                      ("clip_epsilon", clip_epsilon, 0 < clip_epsilon <= 1, "in (0, 1]"),
+                      ("entropy_coeff", entropy_coeff, 0 <= entropy_coeff < math.inf, ">= 0 and finite"),
+                      ("critic_coeff", critic_coeff, 0 <= critic_coeff < math.inf, ">= 0 and finite"),
+                      ("max_grad_norm", max_grad_norm, 0 < max_grad_norm < math.inf, "> 0 and finite"),
+                      ("reward_scale", reward_scale, 0 < reward_scale <= MAX_REWARD_SCALE,
+                       f"in (0, {MAX_REWARD_SCALE:g}] (a multiplier of the env's reward)"))
         for key, value in (("lr_schedule", lr_schedule), ("clip_schedule", clip_schedule)):
             if value not in ("constant", "linear"):
                 raise ValueError(f"model.{key}={value!r} is not allowed: one of constant, linear")

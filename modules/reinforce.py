@@ -11,12 +11,13 @@ t-test; with hundreds of instances the t distribution is replaced by the normal 
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from modules.base import RLModule
+from modules.base import LEARNING_RATE, RLModule, check_hparams
 from modules.routing import Rollout, RoutingPolicy
 from modules.schedule import FrameSchedule
 
@@ -57,10 +58,11 @@ class REINFORCEModule(RLModule):
                  eval_interval_frames: int = 200_000, baseline_alpha: float = 0.05,
                  eval_batch_size: int = 1024) -> None:
         super().__init__()
-        if lr <= 0 or eval_interval_frames < 1 or not 0 < baseline_alpha < 1:
-            raise ValueError(f"model: lr > 0, eval_interval_frames >= 1 and baseline_alpha in (0, 1) required "
-                             f"(got lr={lr}, eval_interval_frames={eval_interval_frames}, "
-                             f"baseline_alpha={baseline_alpha})")
+        check_hparams(("lr", lr, 0 < lr <= 1, LEARNING_RATE),
+                      ("max_grad_norm", max_grad_norm, 0 < max_grad_norm < math.inf, "> 0 and finite"),
+                      ("eval_interval_frames", eval_interval_frames, eval_interval_frames >= 1, ">= 1"),
+                      ("baseline_alpha", baseline_alpha, 0 < baseline_alpha < 1, "in (0, 1)"),
+                      ("eval_batch_size", eval_batch_size, eval_batch_size >= 1, ">= 1"))
         self.save_hyperparameters(ignore=["policy"])
         self.policy = policy
         self.baseline = copy.deepcopy(policy).requires_grad_(False)

@@ -18,7 +18,7 @@ from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.modules import TanhNormal
 
 from envs import EnvSpecs
-from modules.base import RLModule
+from modules.base import DISCOUNT, LEARNING_RATE, RLModule, check_hparams
 from modules.policy import TensorPolicy
 from modules.sac_loss import Critics, continuous_sac_loss, discrete_sac_loss
 from modules.target import TargetNetwork
@@ -146,13 +146,12 @@ class SACModule(RLModule):
                  alpha_init: float = 1.0, fixed_alpha: bool = False, max_grad_norm: float = 10.0,
                  observation_key: str = "observation") -> None:
         super().__init__()
-        for key, value, ok in (("actor_lr", actor_lr, actor_lr > 0), ("critic_lr", critic_lr, critic_lr > 0),
-                               ("alpha_lr", alpha_lr, alpha_lr > 0), ("gamma", gamma, 0 <= gamma <= 1),
-                               ("tau", tau, 0 < tau <= 1), ("num_qvalue_nets", num_qvalue_nets, num_qvalue_nets >= 1),
-                               ("alpha_init", alpha_init, alpha_init > 0)):
-            if not ok:
-                raise ValueError(f"model.{key}={value} is not allowed (learning rates, alpha_init > 0; gamma in [0, 1]; "
-                                 f"tau in (0, 1]; num_qvalue_nets >= 1)")
+        check_hparams(*((key, value, 0 < value <= 1, LEARNING_RATE)
+                        for key, value in (("actor_lr", actor_lr), ("critic_lr", critic_lr), ("alpha_lr", alpha_lr))),
+                      ("gamma", gamma, 0 <= gamma <= 1, DISCOUNT), ("tau", tau, 0 < tau <= 1, "in (0, 1]"),
+                      ("num_qvalue_nets", num_qvalue_nets, num_qvalue_nets >= 1, ">= 1"),
+                      ("alpha_init", alpha_init, 0 < alpha_init < math.inf, "> 0 and finite"),
+                      ("max_grad_norm", max_grad_norm, 0 < max_grad_norm < math.inf, "> 0 and finite"))
         self.save_hyperparameters(ignore=["network"])
         self.network = network
         self.policy: SACActorPolicy | None = None

@@ -35,6 +35,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E40
 from modules.base import RLModule  # noqa: E402
 from pipelines.data import RLDataModule, StopRequested  # noqa: E402
 
+PACKAGES = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), p) + os.sep
+                 for p in ("pipelines", "modules", "envs", "callbacks"))  # the project's own code
 STOP_GRACE_S = 30  # seconds from a stop signal to the forced exit, if the run has not ended by then
 
 # Checkpoints hold the weights after the optimiser step, which is what resuming needs.
@@ -54,6 +56,40 @@ class FitCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         torch.set_num_threads(self.config.num_threads)
         torch.set_float32_matmul_precision(self.config.float32_matmul_precision)
+
+    def instantiate_classes(self) -> None:
+        """Build the config's objects. A value that one of this project's constructors rejects ends the run
+        like a typo does: its one message on stderr (the key and the allowed values), exit status 2, no
+        traceback, nothing written.
+
+        Raises:
+            SystemExit: 2, for a ``ValueError`` or ``FileNotFoundError`` raised by this project's code.
+        """
+        try:
+            super().instantiate_classes()
+        except Exception as err:
+            rejected = config_error(err)
+            if rejected is None:
+                raise
+            print(f"error: {rejected}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
+def config_error(err: BaseException) -> Exception | None:
+    """The ``ValueError`` / ``FileNotFoundError`` raised by this project's own code (its innermost frame in one of
+    the project's packages) somewhere in ``err``'s chain of causes, or None: a constructor's rejection of a
+    config value, which jsonargparse wraps in its own errors."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, (ValueError, FileNotFoundError)) and err.__traceback__ is not None:
+            frame = err.__traceback__
+            while frame.tb_next is not None:
+                frame = frame.tb_next
+            if os.path.abspath(frame.tb_frame.f_code.co_filename).startswith(PACKAGES):
+                return err
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def main(args: list[str] | None = None) -> FitCLI:

@@ -71,8 +71,9 @@ def test_a_run_with_workers_is_reproducible(tmp_path):
 
 
 def test_bad_worker_settings_are_rejected(tmp_path, capsys):
-    with pytest.raises(ValueError, match="data.workers=3"):
+    with pytest.raises(SystemExit) as stop:  # the data module's own check: one message, exit 2
         _fit(tmp_path, _Batches(), "--data.init_args.workers=3")
+    assert stop.value.code == 2 and "data.workers=3" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # the config parser's error names the key
         _fit(tmp_path, _Batches(), "--data.init_args.worker_timeout_s=0")
     assert "worker_timeout_s" in capsys.readouterr().err
