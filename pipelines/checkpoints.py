@@ -63,6 +63,39 @@ def _model_class(path: str, class_path: object) -> type[nn.Module]:
                      "modules package (modules.<file>.<Class>) are loaded")
 
 
+def check_resume_checkpoint(path: str, model_class: str, data_class: str) -> None:
+    """Check, before anything is built or written, that ``path`` is a training checkpoint of this config's kind:
+    it exists, reads as tensors and plain data (``weights_only``), is a Lightning checkpoint, and was trained
+    with the config's model class and data module class (as its ``hyper_parameters`` and data module entry
+    record them).
+
+    Args:
+        path: the ``--ckpt_path`` file. model_class, data_class: the config's ``model`` and ``data`` class paths.
+
+    Raises:
+        ValueError: what is wrong, naming the file (and the classes it was trained with, when it records them).
+    """
+    if not os.path.isfile(path):
+        raise ValueError(f"--ckpt_path={path!r}: no such file")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated, random bytes, or a pickled object other than tensors and plain data
+        raise ValueError(f"--ckpt_path={path!r} is not a readable checkpoint: truncated, corrupt, or holding "
+                         f"objects other than tensors and plain data (weights-only loading refused it: "
+                         f"{type(err).__name__})") from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ValueError(f"--ckpt_path={path!r} is not a training checkpoint of pipelines.fit (no state_dict)")
+    trained_model = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
+    if trained_model is not None and trained_model != model_class:
+        raise ValueError(f"--ckpt_path={path!r} was trained with model {trained_model}; this config's model is "
+                         f"{model_class}")
+    data_name = data_class.rpartition(".")[2]
+    trained_data = [k for k in checkpoint if isinstance(k, str) and k.endswith("DataModule")]
+    if trained_data and data_name not in trained_data:
+        raise ValueError(f"--ckpt_path={path!r} was trained with data module {trained_data[0]}; this config's data "
+                         f"module is {data_class}")
+
+
 def attach_env_models(config: EnvConfig) -> None:
     """Load every model ``config`` needs from a checkpoint (``config.model_checkpoints()``) and hand it over
     (``config.attach_model``), which checks what it was trained for.

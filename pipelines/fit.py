@@ -33,6 +33,7 @@ from lightning.pytorch.trainer.states import TrainerStatus  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 
 from modules.base import RLModule  # noqa: E402
+from pipelines.checkpoints import check_resume_checkpoint  # noqa: E402
 from pipelines.data import RLDataModule, StopRequested  # noqa: E402
 
 PACKAGES = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), p) + os.sep
@@ -56,6 +57,12 @@ class FitCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         torch.set_num_threads(self.config.num_threads)
         torch.set_float32_matmul_precision(self.config.float32_matmul_precision)
+        if self.config.ckpt_path is not None:  # a bad checkpoint stops the run before anything is built or written
+            try:
+                check_resume_checkpoint(self.config.ckpt_path, self.config.model.class_path,
+                                        self.config.data.class_path)
+            except ValueError as err:
+                _config_exit(err)
 
     def instantiate_classes(self) -> None:
         """Build the config's objects. A value that one of this project's constructors rejects ends the run
@@ -71,8 +78,13 @@ class FitCLI(LightningCLI):
             rejected = config_error(err)
             if rejected is None:
                 raise
-            print(f"error: {rejected}", file=sys.stderr)
-            raise SystemExit(2) from None
+            _config_exit(rejected)
+
+
+def _config_exit(err: Exception) -> None:
+    """End the run on a bad config value or file: its one message on stderr, exit status 2."""
+    print(f"error: {err}", file=sys.stderr)
+    raise SystemExit(2) from None
 
 
 def config_error(err: BaseException) -> Exception | None:
@@ -111,6 +123,12 @@ def main(args: list[str] | None = None) -> FitCLI:
         _stopped(cli, stop.signal_name)
     except SIGTERMException:  # Lightning's own check, at the end of a training step
         _stopped(cli, "SIGTERM")
+    except RuntimeError as err:  # a checkpoint of this model class whose weights fit another config's networks
+        if cli.config.ckpt_path is None or not str(err).startswith("Error(s) in loading state_dict"):
+            raise
+        detail = " ".join(str(err).split())[:200]
+        _config_exit(ValueError(f"--ckpt_path={cli.config.ckpt_path!r}: its weights do not fit this config's networks "
+                                f"(was it trained with another config?): {detail}"))
     except SystemExit as stop:  # Lightning's answer to KeyboardInterrupt (a second SIGINT): sys.exit(1)
         if cli.trainer.state.status == TrainerStatus.INTERRUPTED:
             _stopped(cli, "SIGINT")
