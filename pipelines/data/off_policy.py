@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from typing import Literal
@@ -14,6 +17,8 @@ from torchrl.data import TensorDictReplayBuffer
 from envs import EnvConfig
 from pipelines.data.base import RLDataModule, check
 from pipelines.data.replay import make_replay_buffer, store, update_priorities
+
+log = logging.getLogger(__name__)
 
 
 class OffPolicyDataModule(RLDataModule):
@@ -39,7 +44,8 @@ class OffPolicyDataModule(RLDataModule):
         init_random_frames: random-action warm-up, in frames over all ranks.
         storage: ``tensor`` (``LazyTensorStorage``, in memory) or ``memmap`` (``LazyMemmapStorage``, on disk
             under ``scratch_dir``/rank<k>, for large buffers).
-        scratch_dir: folder of the memmap storage (a temporary folder when null).
+        scratch_dir: folder of the memmap storage; when null, ``replay/`` in the run's folder, removed when the run
+            finishes and kept (and named in the log) after a fault.
         prioritized: proportional prioritised replay (:class:`pipelines.data.replay.PrioritizedSampler`): after
             each training step the sampled items get the priority the module wrote under ``td_error``
             (the |TD error|); the loss weights items by ``priority_weight``.
@@ -74,6 +80,7 @@ class OffPolicyDataModule(RLDataModule):
         self.prioritized = prioritized
         self.priority_alpha, self.priority_beta = float(priority_alpha), float(priority_beta)
         self.buffer: TensorDictReplayBuffer | None = None
+        self._own_scratch: str | None = None  # the memmap folder this data module chose in the run's folder
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
@@ -90,10 +97,35 @@ class OffPolicyDataModule(RLDataModule):
                                        f"n steps back and TorchRL's 2-D storage needs slices of >= 2 steps)")
             folder = None
             if self.storage == "memmap":
-                folder = os.path.join(self.scratch_dir or tempfile.mkdtemp(prefix="replay_"), f"rank{self.rank}")
+                folder = os.path.join(self.scratch_dir or self._run_scratch(), f"rank{self.rank}")
             sample_size = self.batch_size * (1 if self.prioritized else self.utd_ratio)  # see training_batches
             self.buffer = make_replay_buffer(self.buffer_size, rows, sample_size, self.storage, folder,
                                              self.prioritized, self.priority_alpha, self.priority_beta, transform)
+
+    def _run_scratch(self) -> str:
+        """The memmap storage's folder when ``scratch_dir`` is null: ``replay`` in the run's folder (the trainer's
+        log dir, else its ``default_root_dir``; a temporary folder outside a trainer), removed at the end of a
+        run that finishes and kept after a fault (see :meth:`teardown` and :meth:`on_exception`)."""
+        if self.trainer is None:
+            return tempfile.mkdtemp(prefix="replay_")
+        self._own_scratch = os.path.join(self.trainer.log_dir or self.trainer.default_root_dir, "replay")
+        return self._own_scratch
+
+    def teardown(self, stage: str) -> None:
+        """The base's teardown, then the run's own memmap folder is removed (the run finished: its checkpoints
+        hold the buffer)."""
+        super().teardown(stage)
+        if self._own_scratch is not None:
+            shutil.rmtree(os.path.join(self._own_scratch, f"rank{self.rank}"), ignore_errors=True)
+            with contextlib.suppress(OSError):  # the last rank out removes the folder
+                os.rmdir(self._own_scratch)
+            self._own_scratch = None
+
+    def on_exception(self, exception: BaseException) -> None:
+        """The base's handling, and the run's own memmap folder is kept and named (for a resume)."""
+        super().on_exception(exception)
+        if self._own_scratch is not None:
+            log.warning("the replay buffer's memmap files are kept in %s", self._own_scratch)
 
     def clear_replay(self) -> None:
         """Empty the replay buffer (e.g. at a curriculum phase whose data should not mix with the last one's)."""

@@ -23,7 +23,7 @@ class FaultProbe(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step < self.at_step or os.path.exists(self.out_file):
             return
-        pids = {"learner": os.getpid(), "workers": list(trainer.datamodule.collector().pids)}
+        pids = {"learner": os.getpid(), "workers": list(getattr(trainer.datamodule.collector(), "pids", []))}
         with open(self.out_file + ".tmp", "w") as f:
             json.dump(pids, f)
         os.replace(self.out_file + ".tmp", self.out_file)

@@ -4,6 +4,8 @@ replay buffer in the checkpoint."""
 from __future__ import annotations
 
 import json
+import os
+import pathlib
 
 import pytest
 import torch
@@ -164,3 +166,22 @@ def test_checkpoints_follow_optimiser_steps_when_a_training_step_takes_several(t
     assert steps == [12, 21, 30, 42, 51, 60]
     saved = torch.load(folder / "epoch=0-step=21.ckpt", weights_only=True)
     assert saved["global_step"] == 21 and saved["rl_state"]["target_counter"] == 21
+
+
+def test_memmap_storage_without_scratch_dir_lives_in_the_run_folder(tmp_path):
+    """Without ``scratch_dir`` the memmap files go to ``replay/`` in the run's folder (nothing under /tmp), are
+    removed when the run finishes, and are kept after a fault."""
+    import glob
+    import tempfile
+
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "replay_*")))
+    run = _run(tmp_path / "ok", "--data.init_args.total_frames=768", "--data.init_args.storage=memmap")
+    folder = pathlib.Path(run.trainer.log_dir) / "replay"
+    assert str(run.datamodule.buffer.storage.scratch_dir).startswith(str(folder))
+    assert not folder.exists() and set(glob.glob(os.path.join(tempfile.gettempdir(), "replay_*"))) == before
+    with pytest.raises(RuntimeError, match="injected learner fault"):
+        _run(tmp_path / "fault", "--data.init_args.total_frames=1280", "--data.init_args.storage=memmap",
+             "--trainer.callbacks+=tests.pipelines.fault_probe.FaultProbe",
+             f"--trainer.callbacks.out_file={tmp_path / 'pids.json'}", "--trainer.callbacks.at_step=4",
+             "--trainer.callbacks.raise_error=true")
+    assert any((tmp_path / "fault" / "cartpole_dqn" / "version_0" / "replay" / "rank0").rglob("*.memmap"))
