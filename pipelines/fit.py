@@ -22,12 +22,14 @@ import sys
 import threading
 import warnings
 from functools import partial
+from pathlib import PurePath
 
 # One torch thread is the measured default on shared 2-core machines; with more, OpenMP threads must
 # not spin-wait while another process computes (matrix products slowed down up to 50x).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
+from jsonargparse import Namespace  # noqa: E402
 from lightning.pytorch.cli import LightningCLI  # noqa: E402
 from lightning.pytorch.trainer.states import TrainerStatus  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
@@ -57,6 +59,10 @@ class FitCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         torch.set_num_threads(self.config.num_threads)
         torch.set_float32_matmul_precision(self.config.float32_matmul_precision)
+        try:
+            place_outputs(self.config.trainer)
+        except ValueError as err:
+            _config_exit(err)
         if self.config.ckpt_path is not None:  # a bad checkpoint stops the run before anything is built or written
             try:
                 check_resume_checkpoint(self.config.ckpt_path, self.config.model.class_path,
@@ -85,6 +91,30 @@ def _config_exit(err: Exception) -> None:
     """End the run on a bad config value or file: its one message on stderr, exit status 2."""
     print(f"error: {err}", file=sys.stderr)
     raise SystemExit(2) from None
+
+
+def place_outputs(trainer: Namespace) -> None:
+    """Keep every output of the run under one root: a logger's relative ``save_dir`` is taken inside
+    ``trainer.default_root_dir`` when that is given (else the working directory, as Lightning does), and a
+    logger's ``name``, ``version`` or ``sub_dir`` must be a folder name inside its ``save_dir``.
+
+    Raises:
+        ValueError: a ``name`` / ``version`` / ``sub_dir`` that is absolute or climbs out with ``..``.
+    """
+    root = trainer.get("default_root_dir")
+    loggers = trainer.get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        args = logger.get("init_args") if isinstance(logger, Namespace) else None
+        if args is None:
+            continue
+        save_dir = args.get("save_dir")
+        if root is not None and isinstance(save_dir, str) and not os.path.isabs(save_dir):
+            args.save_dir = os.path.join(root, save_dir)
+        for key in ("name", "version", "sub_dir"):
+            value = args.get(key)
+            if isinstance(value, str) and (os.path.isabs(value) or ".." in PurePath(value).parts):
+                raise ValueError(f"trainer.logger.init_args.{key}={value!r} is not allowed: a folder name inside the "
+                                 f"logger's save_dir (not absolute, no '..')")
 
 
 def config_error(err: BaseException) -> Exception | None:

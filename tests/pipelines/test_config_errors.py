@@ -30,3 +30,26 @@ def test_rejected_value_exits_2_with_one_message(tmp_path, override, message):
     assert len(errors) == 1 and "Traceback" not in run.stderr, run.stderr[-2000:]
     assert re.search(message, errors[0]), errors[0]
     assert sorted(os.listdir(tmp_path)) == ["broken.txt"]  # no run folder, no checkpoint
+
+
+def _fit(cwd, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipelines.fit", "--config", SMOKE, *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_outputs_stay_under_default_root_dir(tmp_path):
+    """``--trainer.default_root_dir`` holds the run (the config's relative logger ``save_dir: runs`` inside it);
+    nothing is written in the working directory."""
+    run = _fit(tmp_path, f"--trainer.default_root_dir={tmp_path / 'root'}", "--data.init_args.total_frames=3840")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert os.listdir(tmp_path) == ["root"]
+    version = tmp_path / "root" / "runs" / "dvrp_smoke" / "version_0"
+    assert (version / "config.yaml").is_file() and any((version / "checkpoints").glob("*.ckpt"))
+
+
+@pytest.mark.parametrize("key,value", [("name", "../../escaped"), ("version", "/tmp/elsewhere")])
+def test_logger_folders_that_leave_the_run_root_are_rejected(tmp_path, key, value):
+    run = _fit(tmp_path, f"--trainer.logger.init_args.{key}={value}")
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert f"trainer.logger.init_args.{key}={value!r} is not allowed" in run.stderr
+    assert os.listdir(tmp_path) == [] and not os.path.exists("/tmp/elsewhere")
