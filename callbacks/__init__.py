@@ -5,8 +5,9 @@ from callbacks.curriculum import CurriculumPhases
 from callbacks.embedding import EmbeddingUpdate
 from callbacks.epsilon import EpsilonDecay
 from callbacks.evaluation import PolicyEvaluation
+from callbacks.nonfinite import NonFiniteGuard
 from callbacks.progress import FrameProgressBar
 from callbacks.selfplay import SelfPlay
 
-__all__ = ["CurriculumPhases", "EmbeddingUpdate", "EpsilonDecay", "FrameProgressBar", "ModelCheckpoint", "PolicyEvaluation",
-           "SelfPlay"]
+__all__ = ["CurriculumPhases", "EmbeddingUpdate", "EpsilonDecay", "FrameProgressBar", "ModelCheckpoint", "NonFiniteGuard",
+           "PolicyEvaluation", "SelfPlay"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint as LightningModelCheckpoint
 
 
@@ -22,7 +23,25 @@ class ModelCheckpoint(LightningModelCheckpoint):
       a multiple of it. A training step of the data pipelines takes all the updates of a collected batch
       (``OffPolicyDataModule``, ``OnPolicyDataModule``), so Lightning's own test (the count *is* a multiple
       after the step) would skip every multiple that falls inside a step.
+    * a checkpoint is never written with weights that are not finite (it would replace a good ``last.ckpt``):
+      the save raises instead, naming the step and the last checkpoint written.
     """
+
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        """Lightning's save, after checking that every weight is finite (one read-back per save).
+
+        Raises:
+            RuntimeError: a parameter or buffer with nan or inf (named, with the last checkpoint written).
+        """
+        tensors = [(k, v) for k, v in trainer.lightning_module.state_dict().items()
+                   if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        finite = torch.stack([torch.isfinite(v).all() for _, v in tensors]) if tensors else torch.ones(1, dtype=torch.bool)
+        if not bool(finite.all()):
+            bad = [k for (k, _), ok in zip(tensors, finite.tolist()) if not ok]
+            raise RuntimeError(f"not writing {filepath} at optimiser step {trainer.global_step}: {len(bad)} weights are "
+                               f"not finite (e.g. {bad[0]}); the last checkpoint written: "
+                               f"{self.last_model_path or 'none'}")
+        super()._save_checkpoint(trainer, filepath)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_start(trainer, pl_module)

@@ -40,6 +40,24 @@ def check_hparams(*rules: tuple[str, object, bool, str]) -> None:
 log = logging.getLogger(__name__)
 
 
+def check_finite(batch: TensorDict) -> None:
+    """Stop on a collected batch whose floating-point entries (observations, rewards) are not all finite: one
+    reduction per entry and one read-back per batch.
+
+    Raises:
+        RuntimeError: names the first entry with a nan or an infinity (the run stops; its checkpoints are kept).
+    """
+    keys = [k for k, v in batch.items(True, True) if isinstance(v, Tensor) and v.is_floating_point()]
+    if not keys:
+        return
+    finite = torch.stack([torch.isfinite(batch.get(k)).all() for k in keys])
+    if bool(finite.all()):
+        return
+    bad = keys[int((~finite).nonzero()[0, 0])]
+    raise RuntimeError(f"the env produced a non-finite value in {bad!r} (nan or inf): nothing is trained on it; "
+                       f"the run stops (its checkpoints are kept)")
+
+
 class RLModule(L.LightningModule):
     """Base of the algorithm modules.
 
@@ -62,6 +80,8 @@ class RLModule(L.LightningModule):
         self.collected_frames = 0  # frames of all ranks (ranks collect in lockstep, equal batches)
         self.finished_episodes = 0  # episodes this rank's envs finished in this process (a statistic, not checkpointed)
         self.latest_metrics: dict[str, float] = {}
+        self.nonfinite_updates: int | Tensor = 0  # updates skipped for a non-finite loss or gradient (optimiser_step)
+        self.consecutive_nonfinite: int | Tensor = 0  # ... since the last finite one
         self._sums: dict[str, float | Tensor] = defaultdict(float)
         self._counts: dict[str, int] = defaultdict(int)
         # every evaluation's metrics and frame count, written by an evaluation callback (callbacks.PolicyEvaluation,
@@ -113,6 +133,7 @@ class RLModule(L.LightningModule):
         ``rollout/<name>`` (``rollout/episode_return``, ``rollout/agent<i>/episode_return``, ``rollout/<key>``).
         """
         self.flush_metrics()
+        check_finite(batch)
         self.collected_frames += batch.numel() * self._world_size()
         done = batch["next", "done"].squeeze(-1)
         episodes = int(done.sum())
@@ -144,12 +165,26 @@ class RLModule(L.LightningModule):
 
     def optimiser_step(self, optimizer, loss: Tensor, max_grad_norm: float) -> Tensor:
         """One update: zero the gradients, Lightning's backward of ``loss``, clip the global gradient norm of the
-        optimiser's parameters at ``max_grad_norm``, step. Returns the norm before clipping (a 0-dim tensor)."""
+        optimiser's parameters at ``max_grad_norm``, step. Returns the norm before clipping (a 0-dim tensor).
+
+        An update whose loss or gradient norm is not finite is skipped (the weights and the optimiser's state stay
+        as they were) and counted: :attr:`nonfinite_updates` in all, :attr:`consecutive_nonfinite` since the last
+        finite one (device tensors; ``callbacks.NonFiniteGuard`` reads them once per training step and stops a run
+        that keeps producing them). A fused Adam skips on the device (its ``found_inf``, as under a gradient
+        scaler: no host sync); any other optimiser reads the flag back once per update."""
         optimizer.zero_grad()
         self.manual_backward(loss)
         norm = torch.nn.utils.clip_grad_norm_([p for group in optimizer.param_groups for p in group["params"]],
                                               max_grad_norm)
-        optimizer.step()
+        found = ~(torch.isfinite(norm) & torch.isfinite(loss.detach()))
+        raw = getattr(optimizer, "optimizer", optimizer)
+        if raw.defaults.get("fused"):
+            raw.found_inf = found.float()
+            optimizer.step()
+        elif not bool(found):
+            optimizer.step()
+        self.nonfinite_updates = self.nonfinite_updates + found
+        self.consecutive_nonfinite = (self.consecutive_nonfinite + 1) * found
         return norm
 
     def _world_size(self) -> int:
@@ -169,6 +204,8 @@ class RLModule(L.LightningModule):
             self.record("time/frames_per_s", (frames - self._clock[1]) / elapsed)
             self.record("time/episodes_per_min", self._episodes * self._world_size() * 60.0 / elapsed)
         self._clock, self._episodes = (now, frames), 0
+        if isinstance(self.nonfinite_updates, Tensor):
+            self.record("train/nonfinite_updates", self.nonfinite_updates)
         names = sorted(self._sums)
         if names:
             values = torch.stack([torch.as_tensor(self._sums[n], dtype=torch.float64, device=self.device).reshape(())

@@ -59,6 +59,7 @@ class FitCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         torch.set_num_threads(self.config.num_threads)
         torch.set_float32_matmul_precision(self.config.float32_matmul_precision)
+        add_default_callbacks(self.config.trainer)
         try:
             place_outputs(self.config.trainer)
         except ValueError as err:
@@ -91,6 +92,15 @@ def _config_exit(err: Exception) -> None:
     """End the run on a bad config value or file: its one message on stderr, exit status 2."""
     print(f"error: {err}", file=sys.stderr)
     raise SystemExit(2) from None
+
+
+def add_default_callbacks(trainer: Namespace) -> None:
+    """Callbacks every run has unless its config lists its own: ``callbacks.NonFiniteGuard`` (stops a run whose
+    updates keep being non-finite)."""
+    callbacks = trainer.get("callbacks") or []
+    if not any(isinstance(c, Namespace) and str(c.get("class_path", "")).endswith("NonFiniteGuard") for c in callbacks):
+        trainer.callbacks = [*callbacks, Namespace(class_path="callbacks.NonFiniteGuard",
+                                                   init_args=Namespace(max_consecutive=100))]
 
 
 def place_outputs(trainer: Namespace) -> None:

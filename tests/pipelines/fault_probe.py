@@ -29,3 +29,14 @@ class FaultProbe(L.Callback):
         os.replace(self.out_file + ".tmp", self.out_file)
         if self.raise_error:
             raise RuntimeError("injected learner fault")
+
+
+class PoisonBatch(L.Callback):
+    """From optimiser step ``from_step`` on, every training batch's rewards are nan (a diverging update)."""
+
+    def __init__(self, from_step: int = 10) -> None:
+        self.from_step = from_step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step >= self.from_step:
+            batch["next", "reward"] = batch["next", "reward"] * float("nan")

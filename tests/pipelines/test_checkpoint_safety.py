@@ -41,9 +41,12 @@ def test_evaluation_loader_refuses_code_in_a_checkpoint(hostile):
     assert not marker.exists()
 
 
-def test_resume_refuses_code_in_a_checkpoint(hostile, tmp_path):
+def test_resume_refuses_code_in_a_checkpoint(hostile, tmp_path, capsys):
+    """fit checks the file before building anything: one message naming it, exit 2, the payload never runs."""
     path, marker = hostile
-    with pytest.raises(Exception, match="(?i)weights.only"):
+    with pytest.raises(SystemExit) as stop:
         main(["--config", SMOKE, "--ckpt_path", path, "--trainer.logger=false", "--trainer.callbacks=[]",
               "--trainer.enable_checkpointing=false", f"--trainer.default_root_dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "is not a readable checkpoint" in err and "weights-only" in err
     assert not marker.exists()

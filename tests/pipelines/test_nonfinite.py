@@ -1,0 +1,80 @@
+"""Nothing non-finite is trained on in silence: non-finite updates are skipped, counted and logged, and a run
+that keeps producing them stops naming the step and the last checkpoint; a non-finite env value stops the run
+naming the entry; a checkpoint is never written with non-finite weights."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from callbacks.checkpoint import ModelCheckpoint
+from modules.base import check_finite
+from pipelines.fit import main
+from tests.pipelines.conftest import REPO
+
+CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
+
+
+def _run(tmp_path, *extra: str):
+    return main(["--config", CARTPOLE, "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
+                 "--trainer.callbacks+=callbacks.ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=10",
+                 "--trainer.callbacks.save_last=true",
+                 "--trainer.callbacks+=tests.pipelines.fault_probe.PoisonBatch", "--trainer.callbacks.from_step=20",
+                 "--data.init_args.init_random_frames=256", "--data.init_args.num_envs=4",
+                 "--data.init_args.frames_per_batch=64", "--data.init_args.batch_size=32",
+                 "--data.init_args.utd_ratio=2", "--data.init_args.total_frames=6400",
+                 "--model.init_args.network.init_args.hidden_dims=[32, 32]",
+                 f"--trainer.logger.init_args.save_dir={tmp_path}", *extra])
+
+
+def test_nonfinite_updates_are_skipped_then_the_run_stops(tmp_path, monkeypatch):
+    """From step 20 every update is nan: each is skipped (the weights stay those of step 20), counted, and the
+    default guard (added by pipelines.fit) stops the run after 100 in a row, naming the last checkpoint."""
+    weights = {}
+
+    def remember(self, trainer, pl_module, outputs, batch, batch_idx, _orig=ModelCheckpoint.on_train_batch_end):
+        if trainer.global_step == 20:
+            weights["at_20"] = {k: v.clone() for k, v in pl_module.network.state_dict().items()}
+        weights["now"] = pl_module.network.state_dict()
+        weights["model"] = pl_module
+        return _orig(self, trainer, pl_module, outputs, batch, batch_idx)
+
+    monkeypatch.setattr(ModelCheckpoint, "on_train_batch_end", remember)
+    with pytest.raises(RuntimeError, match=r"100 non-finite updates in a row .* up to optimiser step 120: .*"
+                                           r"the last checkpoint: .*last\.ckpt"):
+        _run(tmp_path)
+    assert all(torch.equal(weights["at_20"][k], v) for k, v in weights["now"].items())
+    assert int(weights["model"].nonfinite_updates) == 100
+    last = torch.load(tmp_path / "cartpole_dqn" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert all(torch.isfinite(v).all() for v in last["state_dict"].values() if v.is_floating_point())
+
+
+def test_a_listed_guard_sets_the_limit(tmp_path):
+    """max_consecutive 5, read after every training step of 2 updates: the step that reaches 6 stops the run."""
+    with pytest.raises(RuntimeError, match=r"6 non-finite updates in a row .* up to optimiser step 26"):
+        _run(tmp_path, "--trainer.callbacks+=callbacks.NonFiniteGuard", "--trainer.callbacks.max_consecutive=5")
+
+
+def test_nonfinite_env_values_stop_naming_the_entry():
+    batch = TensorDict(observation=torch.zeros(4, 3, 2), next=TensorDict(reward=torch.zeros(4, 3, 1),
+                                                                        batch_size=[4, 3]), batch_size=[4, 3])
+    check_finite(batch)
+    batch["next", "reward"][2, 1] = float("inf")
+    with pytest.raises(RuntimeError, match=r"non-finite value in \('next', 'reward'\)"):
+        check_finite(batch)
+
+
+def test_no_checkpoint_with_nonfinite_weights(tmp_path):
+    callback = ModelCheckpoint(dirpath=tmp_path)
+    module = nn.Linear(2, 2)
+    trainer = types.SimpleNamespace(lightning_module=module, global_step=7)
+    with torch.no_grad():
+        module.weight[0, 0] = float("nan")
+    with pytest.raises(RuntimeError, match=r"not writing .*x\.ckpt at optimiser step 7: 1 weights are not finite "
+                                           r"\(e\.g\. weight\)"):
+        callback._save_checkpoint(trainer, str(tmp_path / "x.ckpt"))
+    assert not (tmp_path / "x.ckpt").exists()
