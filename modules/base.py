@@ -21,6 +21,8 @@ from envs.episodes import episode_results
 
 _DONE_KEYS = ("done", "terminated", "truncated")
 
+log = logging.getLogger(__name__)
+
 LEARNING_RATE = "a learning rate in (0, 1]"
 DISCOUNT = "in [0, 1]"
 
@@ -36,8 +38,6 @@ def check_hparams(*rules: tuple[str, object, bool, str]) -> None:
     for key, value, ok, allowed in rules:
         if not ok:
             raise ValueError(f"model.{key}={value!r} is not allowed: {allowed}")
-
-log = logging.getLogger(__name__)
 
 
 def check_finite(batch: TensorDict) -> None:

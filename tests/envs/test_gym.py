@@ -77,6 +77,17 @@ class DictCartPole(gym.ObservationWrapper):
 gym.register("DictCartPole-v0", entry_point=DictCartPole, max_episode_steps=500)
 
 
+def lockstep(env: EnvBase, td, other: EnvBase, other_td, steps: int = 300):
+    """Step two envs from their given starts with the same random actions (of ``env``'s spec, torch seed 0)
+    through ``step_and_maybe_reset``; yields ``(step, next start)`` of each after every step."""
+    torch.manual_seed(0)
+    for _ in range(steps):
+        td["action"] = other_td["action"] = env.action_spec.rand()
+        out, td = env.step_and_maybe_reset(td)
+        other_out, other_td = other.step_and_maybe_reset(other_td)
+        yield out, td, other_out, other_td
+
+
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 def test_vector_env_gives_torchrl_wrappers_data(env_id):
     """Step for step, the same entries and values as TorchRL's GymWrapper + RewardSum over the same vector env,
@@ -90,12 +101,8 @@ def test_vector_env_gives_torchrl_wrappers_data(env_id):
     assert ours.full_done_spec == reference.full_done_spec and ours.action_spec == reference.action_spec
     ours.reset()  # GymWrapper.set_seed resets its vector env with the seed: its next reset is the second one
     td, expected = ours.reset(), reference.reset()
-    torch.manual_seed(0)
     ends = 0
-    for _ in range(300):
-        td["action"] = expected["action"] = ours.action_spec.rand()
-        out, td = ours.step_and_maybe_reset(td)
-        ref, expected = reference.step_and_maybe_reset(expected)
+    for out, td, ref, expected in lockstep(ours, td, reference, expected):
         for key in ref.keys(True, True):
             assert torch.equal(out[key], ref[key]), key
         if out["next", "done"].all():
@@ -112,12 +119,8 @@ def test_vector_env_reads_dict_observations():
     flat, nested = make_env(GymConfig("CartPole-v1"), 4, 3), make_env(GymConfig("DictCartPole-v0"), 4, 3)
     assert set(nested.observation_spec.keys()) == {"position", "velocity", "episode_reward"}
     td, other = flat.reset(), nested.reset()
-    torch.manual_seed(0)
     ends = 0
-    for _ in range(300):
-        td["action"] = other["action"] = flat.action_spec.rand()
-        out, td = flat.step_and_maybe_reset(td)
-        got, other = nested.step_and_maybe_reset(other)
+    for out, td, got, other in lockstep(flat, td, nested, other):
         for root, mine in ((out["next"], got["next"]), (td, other)):
             assert torch.equal(mine["position"], root["observation"][:, [0, 2]])
             assert torch.equal(mine["velocity"], root["observation"][:, [1, 3]])
