@@ -33,18 +33,22 @@ def load_exported_model(path: str, name: str) -> tuple[nn.Module, dict]:
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ValueError: the checkpoint exports no model ``name``, or names a class outside ``modules`` or one that
-            is not an ``nn.Module``.
+        ValueError: the file is unreadable (truncated, corrupt, or holding objects other than tensors and plain
+            data), exports no model ``name``, names a class outside ``modules`` or one that is not an
+            ``nn.Module``, or holds weights of other shapes.
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path!r}: no such file (the checkpoint of {name})")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    checkpoint = _read(path, f"the checkpoint of {name}")
     entry = checkpoint.get(name) if isinstance(checkpoint, dict) else None
     if not isinstance(entry, dict) or "state_dict" not in checkpoint:
         raise ValueError(f"{path!r} is not a {name} checkpoint (it has no {name!r} entry)")
     model = _model_class(path, entry.get("class_path"))(**entry["config"])
     prefix = entry.get("weights_prefix", "policy.")
-    model.load_state_dict({k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
+    try:
+        model.load_state_dict({k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)})
+    except RuntimeError as err:
+        raise weights_mismatch(err, path) or err from None
     return model.eval(), {k: v for k, v in entry.items() if k not in _ENTRY_KEYS}
 
 
@@ -63,28 +67,40 @@ def _model_class(path: str, class_path: object) -> type[nn.Module]:
                      "modules package (modules.<file>.<Class>) are loaded")
 
 
-def check_resume_checkpoint(path: str, model_class: str, data_class: str) -> None:
+CONFIG_KEY = "fit_config"  # a training checkpoint's record of the resolved config it was trained with
+IDENTITY_KEYS = (("model", "class_path"), ("model", "init_args", "network"), ("data", "class_path"),
+                 ("data", "init_args", "env"))  # what a resumed run must share with the run that wrote it
+
+
+def check_resume_checkpoint(path: str, config: dict) -> None:
     """Check, before anything is built or written, that ``path`` is a training checkpoint of this config's kind:
     it exists, reads as tensors and plain data (``weights_only``), is a Lightning checkpoint, and was trained
-    with the config's model class and data module class (as its ``hyper_parameters`` and data module entry
-    record them).
+    with the config's model class, networks, data module class and env (as the checkpoint's record of its config,
+    ``checkpoint[CONFIG_KEY]``, says; checkpoints without that record are checked by the model class in
+    ``hyper_parameters`` and the data module entry). Other keys (learning rate, ``total_frames``, callbacks...)
+    may change on resume.
 
     Args:
-        path: the ``--ckpt_path`` file. model_class, data_class: the config's ``model`` and ``data`` class paths.
+        path: the ``--ckpt_path`` file. config: the resolved config as plain data (``model``, ``data``, ...).
 
     Raises:
-        ValueError: what is wrong, naming the file (and the classes it was trained with, when it records them).
+        ValueError: what is wrong, naming the file (and the first key whose value differs, with both values).
     """
     if not os.path.isfile(path):
         raise ValueError(f"--ckpt_path={path!r}: no such file")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated, random bytes, or a pickled object other than tensors and plain data
-        raise ValueError(f"--ckpt_path={path!r} is not a readable checkpoint: truncated, corrupt, or holding "
-                         f"objects other than tensors and plain data (weights-only loading refused it: "
-                         f"{type(err).__name__})") from None
+    checkpoint = _read(path, "--ckpt_path")
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise ValueError(f"--ckpt_path={path!r} is not a training checkpoint of pipelines.fit (no state_dict)")
+    model_class, data_class = config["model"]["class_path"], config["data"]["class_path"]
+    trained = checkpoint.get(CONFIG_KEY)
+    if isinstance(trained, dict):
+        for keys in IDENTITY_KEYS:
+            difference = _first_difference(_get(trained, keys), _get(config, keys), ".".join(keys))
+            if difference is not None:
+                key, was, now = difference
+                raise ValueError(f"--ckpt_path={path!r} was trained with another config: {key}={was!r} there, "
+                                 f"{now!r} in this config")
+        return
     trained_model = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
     if trained_model is not None and trained_model != model_class:
         raise ValueError(f"--ckpt_path={path!r} was trained with model {trained_model}; this config's model is "
@@ -94,6 +110,54 @@ def check_resume_checkpoint(path: str, model_class: str, data_class: str) -> Non
     if trained_data and data_name not in trained_data:
         raise ValueError(f"--ckpt_path={path!r} was trained with data module {trained_data[0]}; this config's data "
                          f"module is {data_class}")
+
+
+def _read(path: str, what: str) -> object:
+    """``torch.load(path, weights_only=True)`` on the CPU.
+
+    Raises:
+        ValueError: the file is truncated, corrupt, or holds objects other than tensors and plain data (names
+            ``what`` and the file).
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated, random bytes, or a pickled object other than tensors and plain data
+        raise ValueError(f"{what} {path!r} is not a readable checkpoint: truncated, corrupt, or holding objects "
+                         f"other than tensors and plain data (weights-only loading refused it: "
+                         f"{type(err).__name__})") from None
+
+
+def weights_mismatch(err: BaseException, path: str) -> ValueError | None:
+    """The message for loading ``path``'s weights into networks of another shape (torch's ``load_state_dict``
+    ``RuntimeError``), or None for any other error."""
+    if not isinstance(err, RuntimeError) or not str(err).startswith("Error(s) in loading state_dict"):
+        return None
+    detail = " ".join(str(err).split())[:200]
+    return ValueError(f"--ckpt_path={path!r}: its weights do not fit this config's networks (was it trained with "
+                      f"another config?): {detail}")
+
+
+def _get(tree: object, keys: tuple[str, ...]) -> object:
+    for key in keys:
+        tree = tree.get(key) if isinstance(tree, dict) else None
+    return tree
+
+
+def _first_difference(was: object, now: object, key: str) -> tuple[str, object, object] | None:
+    """The first dotted key at which two plain-data trees differ, with both values."""
+    if isinstance(was, dict) and isinstance(now, dict):
+        for sub in [*was, *(k for k in now if k not in was)]:
+            difference = _first_difference(was.get(sub), now.get(sub), f"{key}.{sub}")
+            if difference is not None:
+                return difference
+        return None
+    if isinstance(was, list) and isinstance(now, list) and len(was) == len(now):
+        for i, (a, b) in enumerate(zip(was, now)):
+            difference = _first_difference(a, b, f"{key}[{i}]")
+            if difference is not None:
+                return difference
+        return None
+    return None if was == now else (key, was, now)
 
 
 def attach_env_models(config: EnvConfig) -> None:

@@ -35,16 +35,18 @@ from envs import EnvConfig, make_env, unwrap
 from envs.episodes import play_episodes
 from modules.base import RLModule
 from pipelines.data import RLDataModule
-from pipelines.fit import FitCLI
+from pipelines.checkpoints import weights_mismatch
+from pipelines.fit import FitCLI, config_exit
 
 
 def load_run(configs: str | list[str], ckpt_path: str, overrides: list[str]) -> tuple[RLModule, RLDataModule]:
     """Build model and data module from fit configs (later ones override earlier ones, then the dotted
     overrides) and load the checkpoint: the weights and the data module's state (the env's learned
-    model, if any).
+    model, if any). The checkpoint is checked as ``pipelines.fit --ckpt_path`` checks it, before anything is built.
 
     Raises:
         FileNotFoundError: a config or the checkpoint does not exist.
+        SystemExit: 2, for a checkpoint that is unreadable or was trained with another config (one message).
     """
     configs = [configs] if isinstance(configs, str) else list(configs)
     for path, what in [*((c, "config") for c in configs), (ckpt_path, "checkpoint")]:
@@ -52,13 +54,20 @@ def load_run(configs: str | list[str], ckpt_path: str, overrides: list[str]) -> 
             raise FileNotFoundError(f"{what} not found: {path!r}")
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                  save_config_callback=None, auto_configure_optimizers=False,
-                 args=[*(a for c in configs for a in ("--config", c)), "--trainer.logger=false",
+                 args=[*(a for c in configs for a in ("--config", c)), f"--ckpt_path={ckpt_path}",  # checked first
+                       "--trainer.logger=false",
                        "--trainer.enable_checkpointing=false", "--trainer.callbacks=[]", *overrides])
     model, data = cli.model, cli.datamodule
     data.setup("validate")
     model.prepare(data.env_specs())
     checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)  # tensors and plain data only
-    model.load_state_dict(checkpoint["state_dict"])
+    try:
+        model.load_state_dict(checkpoint["state_dict"])
+    except RuntimeError as err:
+        mismatch = weights_mismatch(err, ckpt_path)
+        if mismatch is None:
+            raise
+        config_exit(mismatch)
     data_state = checkpoint.get(type(data).__qualname__)
     if data_state:
         data.load_state_dict(data_state)

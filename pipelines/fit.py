@@ -30,13 +30,16 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 from jsonargparse import Namespace  # noqa: E402
-from lightning.pytorch.cli import LightningCLI  # noqa: E402
+import yaml  # noqa: E402
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback  # noqa: E402
 from lightning.pytorch.trainer.states import TrainerStatus  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 
 from modules.base import RLModule  # noqa: E402
-from pipelines.checkpoints import check_resume_checkpoint  # noqa: E402
+from pipelines.checkpoints import CONFIG_KEY, check_resume_checkpoint, weights_mismatch  # noqa: E402
 from pipelines.data import RLDataModule, StopRequested  # noqa: E402
+from pipelines.import_policy import HELP as IMPORT_HELP  # noqa: E402
+from pipelines.import_policy import restrict_class_paths  # noqa: E402
 
 PACKAGES = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), p) + os.sep
                  for p in ("pipelines", "modules", "envs", "callbacks"))  # the project's own code
@@ -48,7 +51,20 @@ warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual opt
 
 class FitCLI(LightningCLI):
     """LightningCLI without subcommands, plus ``--ckpt_path``, ``--num_threads`` and
-    ``--float32_matmul_precision``."""
+    ``--float32_matmul_precision``. Class paths are checked by name before anything is imported
+    (:mod:`pipelines.import_policy`); ``--help`` says which packages are allowed.
+
+    Raises:
+        SystemExit: 2, for a malformed ``RLPIPE_ALLOW_IMPORTS``.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        try:
+            restrict_class_paths()
+        except ValueError as err:
+            config_exit(err)
+        kwargs["parser_kwargs"] = {"epilog": IMPORT_HELP, **(kwargs.get("parser_kwargs") or {})}
+        super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="resume from this checkpoint")
@@ -63,13 +79,12 @@ class FitCLI(LightningCLI):
         try:
             place_outputs(self.config.trainer)
         except ValueError as err:
-            _config_exit(err)
+            config_exit(err)
         if self.config.ckpt_path is not None:  # a bad checkpoint stops the run before anything is built or written
             try:
-                check_resume_checkpoint(self.config.ckpt_path, self.config.model.class_path,
-                                        self.config.data.class_path)
+                check_resume_checkpoint(self.config.ckpt_path, plain_config(self.parser, self.config))
             except ValueError as err:
-                _config_exit(err)
+                config_exit(err)
 
     def instantiate_classes(self) -> None:
         """Build the config's objects. A value that one of this project's constructors rejects ends the run
@@ -85,10 +100,26 @@ class FitCLI(LightningCLI):
             rejected = config_error(err)
             if rejected is None:
                 raise
-            _config_exit(rejected)
+            config_exit(rejected)
 
 
-def _config_exit(err: Exception) -> None:
+class RecordConfig(SaveConfigCallback):
+    """LightningCLI's ``SaveConfigCallback`` (the resolved config saved next to the logs) that also records that
+    config in every checkpoint, as plain data under ``checkpoint[CONFIG_KEY]``: a resume can then tell whether a
+    checkpoint was trained with the same env and networks (:func:`pipelines.checkpoints.check_resume_checkpoint`)."""
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        if getattr(self, "_record", None) is None:
+            self._record = plain_config(self.parser, self.config)
+        checkpoint[CONFIG_KEY] = self._record
+
+
+def plain_config(parser, config: Namespace) -> dict:
+    """The resolved config as plain data (what ``config.yaml`` holds: dicts, lists, strings, numbers)."""
+    return yaml.safe_load(parser.dump(config, skip_none=False, skip_validation=True))
+
+
+def config_exit(err: Exception) -> None:
     """End the run on a bad config value or file: its one message on stderr, exit status 2."""
     print(f"error: {err}", file=sys.stderr)
     raise SystemExit(2) from None
@@ -151,7 +182,8 @@ def main(args: list[str] | None = None) -> FitCLI:
         SystemExit: 130 after SIGINT, 143 after SIGTERM (the run stopped early; see the module docstring).
     """
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
-                 save_config_kwargs={"overwrite": True}, args=args, auto_configure_optimizers=False)
+                 save_config_callback=RecordConfig, save_config_kwargs={"overwrite": True}, args=args,
+                 auto_configure_optimizers=False)
     in_main_thread = threading.current_thread() is threading.main_thread()  # (signal handlers need it)
     previous = {}
     if in_main_thread:  # Lightning adds its own SIGTERM handler to this one at fit start
@@ -163,12 +195,11 @@ def main(args: list[str] | None = None) -> FitCLI:
         _stopped(cli, stop.signal_name)
     except SIGTERMException:  # Lightning's own check, at the end of a training step
         _stopped(cli, "SIGTERM")
-    except RuntimeError as err:  # a checkpoint of this model class whose weights fit another config's networks
-        if cli.config.ckpt_path is None or not str(err).startswith("Error(s) in loading state_dict"):
+    except RuntimeError as err:  # a checkpoint (without a config record) whose weights fit other networks
+        mismatch = weights_mismatch(err, cli.config.ckpt_path) if cli.config.ckpt_path is not None else None
+        if mismatch is None:
             raise
-        detail = " ".join(str(err).split())[:200]
-        _config_exit(ValueError(f"--ckpt_path={cli.config.ckpt_path!r}: its weights do not fit this config's networks "
-                                f"(was it trained with another config?): {detail}"))
+        config_exit(mismatch)
     except SystemExit as stop:  # Lightning's answer to KeyboardInterrupt (a second SIGINT): sys.exit(1)
         if cli.trainer.state.status == TrainerStatus.INTERRUPTED:
             _stopped(cli, "SIGINT")

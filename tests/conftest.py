@@ -10,6 +10,8 @@ import torch
 
 # The suite runs on small CPU machines next to other work: one intra-op thread keeps timings stable.
 torch.set_num_threads(1)
+# Test configs plug in probe callbacks from this package (pipelines.import_policy allows it by name).
+os.environ.setdefault("RLPIPE_ALLOW_IMPORTS", "tests")
 
 
 @pytest.fixture(autouse=True)

@@ -137,6 +137,16 @@ def test_loader_rejects_missing_and_mismatched_checkpoints(tmp_path):
                    hostile)
         with pytest.raises(ValueError, match="only nn.Module classes"):
             load_exported_model(str(hostile), "routing_policy")
+    for name, content in (("random.ckpt", bytes(range(256)) * 16), ("cut.ckpt", path.read_bytes()[:300])):
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ValueError, match=f"the checkpoint of routing_policy '.*{name}' is not a readable"):
+            load_exported_model(str(tmp_path / name), "routing_policy")
+    wrong = RoutingPolicy(embed_dim=16, num_heads=4, num_layers=1)  # weights of another shape: the file is named
+    torch.save({"state_dict": {f"policy.{k}": v for k, v in wrong.state_dict().items()},
+                "routing_policy": {"class_path": "modules.routing.RoutingPolicy", "config": policy.config}},
+               tmp_path / "wrong.ckpt")
+    with pytest.raises(ValueError, match="wrong.ckpt'.*do not fit"):
+        load_exported_model(str(tmp_path / "wrong.ckpt"), "routing_policy")
     other = tmp_path / "other.ckpt"
     torch.save({"state_dict": {}}, other)
     with pytest.raises(ValueError, match="not a routing_policy checkpoint"):

@@ -34,10 +34,13 @@ def hostile(smoke_run, tmp_path) -> tuple[str, pathlib.Path]:
     return str(path), marker
 
 
-def test_evaluation_loader_refuses_code_in_a_checkpoint(hostile):
+def test_evaluation_loader_refuses_code_in_a_checkpoint(hostile, capsys):
+    """The evaluation loader checks the file as fit does: one message naming it, exit 2, the payload never runs."""
     path, marker = hostile
-    with pytest.raises(Exception, match="(?i)weights.only"):
+    with pytest.raises(SystemExit) as stop:
         load_run(SMOKE, path, [])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "is not a readable checkpoint" in err and "weights-only" in err
     assert not marker.exists()
 
 
