@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import ModelCheckpoint as LightningModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from modules.base import nonfinite_weights
 
 
 class ModelCheckpoint(LightningModelCheckpoint):
@@ -23,6 +25,10 @@ class ModelCheckpoint(LightningModelCheckpoint):
       a multiple of it. A training step of the data pipelines takes all the updates of a collected batch
       (``OffPolicyDataModule``, ``OnPolicyDataModule``), so Lightning's own test (the count *is* a multiple
       after the step) would skip every multiple that falls inside a step.
+    * with ``save_last``, ``last.ckpt`` is also written when a signal stops training (the data pipelines'
+      ``StopRequested``, which carries the ``signal_name``, raised by the stop check before a collection; or Lightning's ``SIGTERMException`` after a training
+      step: both at a step boundary, so the checkpoint resumes the run). A crash or a second Ctrl+C (a
+      ``KeyboardInterrupt`` mid-step) writes nothing: the checkpoints written before stay.
     * a checkpoint is never written with weights that are not finite (it would replace a good ``last.ckpt``):
       the save raises instead, naming the step and the last checkpoint written.
     """
@@ -33,11 +39,8 @@ class ModelCheckpoint(LightningModelCheckpoint):
         Raises:
             RuntimeError: a parameter or buffer with nan or inf (named, with the last checkpoint written).
         """
-        tensors = [(k, v) for k, v in trainer.lightning_module.state_dict().items()
-                   if isinstance(v, torch.Tensor) and v.is_floating_point()]
-        finite = torch.stack([torch.isfinite(v).all() for _, v in tensors]) if tensors else torch.ones(1, dtype=torch.bool)
-        if not bool(finite.all()):
-            bad = [k for (k, _), ok in zip(tensors, finite.tolist()) if not ok]
+        bad = nonfinite_weights(trainer.lightning_module)
+        if bad:
             raise RuntimeError(f"not writing {filepath} at optimiser step {trainer.global_step}: {len(bad)} weights are "
                                f"not finite (e.g. {bad[0]}); the last checkpoint written: "
                                f"{self.last_model_path or 'none'}")
@@ -58,6 +61,12 @@ class ModelCheckpoint(LightningModelCheckpoint):
             candidates = self._monitor_candidates(trainer)
             self._save_topk_checkpoint(trainer, candidates)
             self._save_last_checkpoint(trainer, candidates)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        stop = isinstance(exception, SIGTERMException) or getattr(exception, "signal_name", None) is not None
+        if self.save_last and stop and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        super().on_exception(trainer, pl_module, exception)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.save_last and not self._should_skip_saving_checkpoint(trainer):

@@ -11,6 +11,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
+from modules.base import LEARNING_RATE, check_hparams
 from modules.flexibility import fit_outcomes
 from modules.schedule import FrameSchedule
 
@@ -46,14 +47,15 @@ class EmbeddingUpdate(L.Callback):
         seed: seed of the shuffles (update u uses ``seed + u``; the global RNG is not touched).
 
     Raises:
-        ValueError: a non-positive setting, or an env without an embedding model (at fit start).
+        ValueError: a setting below 1, an lr outside (0, 1] (``EmbeddingUpdate.<key>=... is not allowed``), or an
+            env without an embedding model (at fit start).
     """
 
     def __init__(self, every_n_frames: int = 50_000, epochs: int = 4, batch_size: int = 1024, lr: float = 3e-3,
                  buffer_size: int = 64_000, seed: int = 0) -> None:
-        if min(every_n_frames, epochs, batch_size, buffer_size) < 1 or lr <= 0:
-            raise ValueError(f"EmbeddingUpdate: every_n_frames, epochs, batch_size, buffer_size must be >= 1 and "
-                             f"lr > 0 (got {every_n_frames}, {epochs}, {batch_size}, {buffer_size}, lr={lr})")
+        check_hparams(*((key, value, value >= 1, "an integer >= 1") for key, value in (
+            ("every_n_frames", every_n_frames), ("epochs", epochs), ("batch_size", batch_size),
+            ("buffer_size", buffer_size))), ("lr", lr, 0 < lr <= 1, LEARNING_RATE), section="EmbeddingUpdate")
         self.schedule = FrameSchedule(every_n_frames)
         self.epochs = epochs
         self.batch_size = batch_size

@@ -12,6 +12,7 @@ import torch
 
 from envs import unwrap
 from envs.episodes import play_episodes
+from modules.base import nonfinite_weights
 from modules.schedule import FrameSchedule
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,11 @@ class PolicyEvaluation(L.Callback):
             return
         value = trainer.strategy.broadcast(metrics.get(self.best_metric), src=0)  # rank 0 evaluated
         if value is not None and value > self.best:
+            bad = trainer.strategy.broadcast(nonfinite_weights(pl_module), src=0)
+            if bad:  # never written over a finite best.ckpt
+                log.warning("not writing %s: %d weights are not finite (e.g. %s)", self.best_path(trainer), len(bad),
+                            bad[0])
+                return
             self.best = value
             trainer.save_checkpoint(self.best_path(trainer))  # a collective: every rank calls it
             log.info("new best evaluation %s %.3f at %d frames: %s", self.best_metric, value,

@@ -27,17 +27,30 @@ LEARNING_RATE = "a learning rate in (0, 1]"
 DISCOUNT = "in [0, 1]"
 
 
-def check_hparams(*rules: tuple[str, object, bool, str]) -> None:
-    """A module's hyper-parameter checks at construction, before any work: each rule is ``(key, value, ok,
-    allowed)``. A value is out of range unless ``ok`` (write ranges as chained comparisons such as
-    ``0 < lr <= 1``, which are false for nan and for an infinity outside them).
+def check_hparams(*rules: tuple[str, object, bool, str], section: str = "model") -> None:
+    """Hyper-parameter checks at construction, before any work: each rule is ``(key, value, ok, allowed)``. A
+    value is out of range unless ``ok`` (write ranges as chained comparisons such as ``0 < lr <= 1``, which are
+    false for nan and for an infinity outside them).
+
+    Args:
+        section: the config section the keys belong to (``model``, or a callback's class name).
 
     Raises:
-        ValueError: ``model.<key>=<value> is not allowed: <allowed>`` for the first rule that fails.
+        ValueError: ``<section>.<key>=<value> is not allowed: <allowed>`` for the first rule that fails.
     """
     for key, value, ok, allowed in rules:
         if not ok:
-            raise ValueError(f"model.{key}={value!r} is not allowed: {allowed}")
+            raise ValueError(f"{section}.{key}={value!r} is not allowed: {allowed}")
+
+
+def nonfinite_weights(module: torch.nn.Module) -> list[str]:
+    """The names of ``module``'s floating-point parameters and buffers that hold a nan or an infinity (one
+    reduction per tensor, one read-back)."""
+    tensors = [(k, v) for k, v in module.state_dict().items() if isinstance(v, Tensor) and v.is_floating_point()]
+    if not tensors:
+        return []
+    finite = torch.stack([torch.isfinite(v).all() for _, v in tensors]).tolist()
+    return [k for (k, _), ok in zip(tensors, finite) if not ok]
 
 
 def check_finite(batch: TensorDict) -> None:
@@ -225,14 +238,17 @@ class RLModule(L.LightningModule):
 
     # ------------------------------------------------------------------ checkpoint
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Store the frame counter, the evaluations and every rank's torch RNG state (policy sampling, shuffles)."""
+        """Store the frame counter, the evaluations, the counts of skipped non-finite updates and every rank's torch
+        RNG state (policy sampling, shuffles)."""
         rng = torch.get_rng_state()
         states = [rng]
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             states = [None] * torch.distributed.get_world_size()
             torch.distributed.all_gather_object(states, rng)
         checkpoint["rl_state"] = {"collected_frames": self.collected_frames, "torch_rng": states,
-                                  "evaluations": self.evaluations}
+                                  "evaluations": self.evaluations,
+                                  "nonfinite_updates": int(self.nonfinite_updates),
+                                  "consecutive_nonfinite": int(self.consecutive_nonfinite)}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Restore :meth:`on_save_checkpoint`; each rank takes its own RNG state (rank 0's if fewer)."""
@@ -241,6 +257,8 @@ class RLModule(L.LightningModule):
             return
         self.collected_frames = int(state["collected_frames"])
         self.evaluations = list(state.get("evaluations", []))
+        self.nonfinite_updates = int(state.get("nonfinite_updates", 0))
+        self.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
         rank = self.trainer.global_rank if self._trainer is not None else 0
         rngs = state["torch_rng"]
         torch.set_rng_state(rngs[rank] if rank < len(rngs) else rngs[0])

@@ -1,18 +1,62 @@
-"""Reading checkpoint files: the learned models an env needs (``EnvConfig.model_checkpoints``, e.g. the DVRP
+"""Checkpoint files: writing them atomically (:class:`AtomicCheckpointIO`), checking one before a resume, and
+reading the learned models an env needs (``EnvConfig.model_checkpoints``, e.g. the DVRP
 neural oracle's routing policy), and a trained run for evaluation. Envs never read checkpoints; they take the
 models they are handed (``EnvConfig.attach_model``)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import tempfile
+from typing import Any
 
 import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch import nn
 
 from envs import EnvConfig
 
 _ENTRY_KEYS = ("class_path", "config", "weights_prefix")
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's ``TorchCheckpointIO`` whose local saves are atomic in the checkpoint's own folder: the file is
+    written to a temporary file beside it (``<name>.<random>.tmp``), flushed to disk (``fsync``), and renamed over
+    the target (``os.replace``, atomic on one file system), then the folder is synced. A crash at any moment
+    leaves either the previous file or the new one, complete. (Lightning's own save writes its temporary file in
+    the system's temporary folder, which ``shutil.move`` copies non-atomically when that is another file system,
+    and which a crash leaves behind there.) ``pipelines.fit`` adds it unless the config lists a checkpoint IO
+    plugin. Remote paths (``s3://`` ...) are left to Lightning.
+
+    Raises:
+        TypeError: ``storage_options`` (as Lightning's).
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        path = os.fspath(path)
+        if storage_options is not None or "://" in path:
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(temp)
+            raise
+        with contextlib.suppress(OSError):  # the rename itself reaches the disk
+            dir_fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
 
 
 def load_exported_model(path: str, name: str) -> tuple[nn.Module, dict]:
@@ -68,11 +112,11 @@ def _model_class(path: str, class_path: object) -> type[nn.Module]:
 
 
 CONFIG_KEY = "fit_config"  # a training checkpoint's record of the resolved config it was trained with
-IDENTITY_KEYS = (("model", "class_path"), ("model", "init_args", "network"), ("data", "class_path"),
-                 ("data", "init_args", "env"))  # what a resumed run must share with the run that wrote it
+MODEL_KEYS = (("model", "class_path"), ("model", "init_args", "network"))  # what an evaluation must share
+IDENTITY_KEYS = (*MODEL_KEYS, ("data", "class_path"), ("data", "init_args", "env"))  # ... and a resumed run
 
 
-def check_resume_checkpoint(path: str, config: dict) -> None:
+def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...], ...] = IDENTITY_KEYS) -> None:
     """Check, before anything is built or written, that ``path`` is a training checkpoint of this config's kind:
     it exists, reads as tensors and plain data (``weights_only``), is a Lightning checkpoint, and was trained
     with the config's model class, networks, data module class and env (as the checkpoint's record of its config,
@@ -82,6 +126,8 @@ def check_resume_checkpoint(path: str, config: dict) -> None:
 
     Args:
         path: the ``--ckpt_path`` file. config: the resolved config as plain data (``model``, ``data``, ...).
+        keys: the config entries that must equal the checkpoint's (:data:`IDENTITY_KEYS` to resume;
+            :data:`MODEL_KEYS` to evaluate, where the env may differ).
 
     Raises:
         ValueError: what is wrong, naming the file (and the first key whose value differs, with both values).
@@ -94,8 +140,8 @@ def check_resume_checkpoint(path: str, config: dict) -> None:
     model_class, data_class = config["model"]["class_path"], config["data"]["class_path"]
     trained = checkpoint.get(CONFIG_KEY)
     if isinstance(trained, dict):
-        for keys in IDENTITY_KEYS:
-            difference = _first_difference(_get(trained, keys), _get(config, keys), ".".join(keys))
+        for entry in keys:
+            difference = _first_difference(_get(trained, entry), _get(config, entry), ".".join(entry))
             if difference is not None:
                 key, was, now = difference
                 raise ValueError(f"--ckpt_path={path!r} was trained with another config: {key}={was!r} there, "

@@ -35,14 +35,19 @@ from envs import EnvConfig, make_env, unwrap
 from envs.episodes import play_episodes
 from modules.base import RLModule
 from pipelines.data import RLDataModule
-from pipelines.checkpoints import weights_mismatch
+from pipelines.checkpoints import MODEL_KEYS, weights_mismatch
 from pipelines.fit import FitCLI, config_exit
+
+
+class _EvaluationCLI(FitCLI):
+    checkpoint_keys = MODEL_KEYS  # the same model and networks; the env may differ (other instances, sizes)
 
 
 def load_run(configs: str | list[str], ckpt_path: str, overrides: list[str]) -> tuple[RLModule, RLDataModule]:
     """Build model and data module from fit configs (later ones override earlier ones, then the dotted
     overrides) and load the checkpoint: the weights and the data module's state (the env's learned
-    model, if any). The checkpoint is checked as ``pipelines.fit --ckpt_path`` checks it, before anything is built.
+    model, if any). The checkpoint is checked as ``pipelines.fit --ckpt_path`` checks it, before anything is built, except that the
+    env may differ from the one it was trained on.
 
     Raises:
         FileNotFoundError: a config or the checkpoint does not exist.
@@ -52,7 +57,7 @@ def load_run(configs: str | list[str], ckpt_path: str, overrides: list[str]) -> 
     for path, what in [*((c, "config") for c in configs), (ckpt_path, "checkpoint")]:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{what} not found: {path!r}")
-    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+    cli = _EvaluationCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                  save_config_callback=None, auto_configure_optimizers=False,
                  args=[*(a for c in configs for a in ("--config", c)), f"--ckpt_path={ckpt_path}",  # checked first
                        "--trainer.logger=false",

@@ -6,8 +6,9 @@ config is saved next to the logs. ``num_threads`` and ``float32_matmul_precision
 once, before anything is built.
 
 A run that stops early ends with a non-zero exit status and its rollout workers stopped: 130 after
-SIGINT (Ctrl+C: training stops at the next step boundary; a second Ctrl+C stops it at once), 143 after
-SIGTERM (at the next step boundary), 1 after an error (a worker that died or stalled names itself in the
+SIGINT (Ctrl+C: training stops at the next step boundary, writing ``last.ckpt`` when the config's
+``ModelCheckpoint`` has ``save_last``; a second Ctrl+C stops it at once), 143 after SIGTERM (the same), 1 after
+an error (a worker that died or stalled names itself in the
 error). A signal arms a last-resort deadline: a run still alive :data:`STOP_GRACE_S` seconds after it
 (e.g. inside one very long collection) prints every thread's stack and exits with status 1. Checkpoints
 written before are kept intact (Lightning writes them to a temporary file and renames it).
@@ -36,7 +37,7 @@ from lightning.pytorch.trainer.states import TrainerStatus  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 
 from modules.base import RLModule  # noqa: E402
-from pipelines.checkpoints import CONFIG_KEY, check_resume_checkpoint, weights_mismatch  # noqa: E402
+from pipelines.checkpoints import CONFIG_KEY, IDENTITY_KEYS, check_resume_checkpoint, weights_mismatch  # noqa: E402
 from pipelines.data import RLDataModule, StopRequested  # noqa: E402
 from pipelines.import_policy import HELP as IMPORT_HELP  # noqa: E402
 from pipelines.import_policy import restrict_class_paths  # noqa: E402
@@ -57,6 +58,8 @@ class FitCLI(LightningCLI):
     Raises:
         SystemExit: 2, for a malformed ``RLPIPE_ALLOW_IMPORTS``.
     """
+
+    checkpoint_keys = IDENTITY_KEYS  # the config entries a --ckpt_path must have been trained with
 
     def __init__(self, *args, **kwargs) -> None:
         try:
@@ -82,7 +85,8 @@ class FitCLI(LightningCLI):
             config_exit(err)
         if self.config.ckpt_path is not None:  # a bad checkpoint stops the run before anything is built or written
             try:
-                check_resume_checkpoint(self.config.ckpt_path, plain_config(self.parser, self.config))
+                check_resume_checkpoint(self.config.ckpt_path, plain_config(self.parser, self.config),
+                                        self.checkpoint_keys)
             except ValueError as err:
                 config_exit(err)
 
@@ -126,12 +130,18 @@ def config_exit(err: Exception) -> None:
 
 
 def add_default_callbacks(trainer: Namespace) -> None:
-    """Callbacks every run has unless its config lists its own: ``callbacks.NonFiniteGuard`` (stops a run whose
-    updates keep being non-finite)."""
+    """Callbacks and plugins every run has unless its config lists its own: ``callbacks.NonFiniteGuard`` (stops
+    a run whose updates keep being non-finite) and ``pipelines.checkpoints.AtomicCheckpointIO`` (checkpoints
+    written atomically)."""
     callbacks = trainer.get("callbacks") or []
     if not any(isinstance(c, Namespace) and str(c.get("class_path", "")).endswith("NonFiniteGuard") for c in callbacks):
         trainer.callbacks = [*callbacks, Namespace(class_path="callbacks.NonFiniteGuard",
                                                    init_args=Namespace(max_consecutive=100))]
+    plugins = trainer.get("plugins")
+    plugins = [] if plugins is None else plugins if isinstance(plugins, list) else [plugins]
+    if not any(isinstance(p, Namespace) and str(p.get("class_path", "")).endswith("CheckpointIO") for p in plugins):
+        trainer.plugins = [*plugins, Namespace(class_path="pipelines.checkpoints.AtomicCheckpointIO",
+                                               init_args=Namespace())]
 
 
 def place_outputs(trainer: Namespace) -> None:
@@ -226,10 +236,11 @@ def _on_stop_signal(data: RLDataModule, signum: int, frame) -> None:
 
 
 def _stopped(cli: FitCLI, signal_name: str) -> None:
-    """Say why the run stopped and where its checkpoints are, then exit with 128 + the signal's number."""
-    folder = getattr(cli.trainer.checkpoint_callback, "dirpath", None)
+    """Say why the run stopped and where its last checkpoint is, then exit with 128 + the signal's number."""
+    callback = cli.trainer.checkpoint_callback
+    last = getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "") or "none written"
     print(f"training stopped by {signal_name} at {cli.model.collected_frames} frames, optimiser step "
-          f"{cli.trainer.global_step}; checkpoints written before are in {folder}", file=sys.stderr, flush=True)
+          f"{cli.trainer.global_step}; last checkpoint: {last} (resume with --ckpt_path)", file=sys.stderr, flush=True)
     raise SystemExit(128 + signal.Signals[signal_name])
 
 

@@ -158,12 +158,10 @@ class OffPolicyDataModule(RLDataModule):
             store(self.buffer, batch, module.replay_keys(), self.num_agents)
             if module.collected_frames <= self.init_random_frames:
                 continue
-            if not self.prioritized:
-                self.check_stop()
+            if not self.prioritized:  # (a stop is checked before each collection: every update of a batch is taken)
                 yield self.buffer.sample().reshape(self.utd_ratio, self.batch_size)
                 continue
             for _ in range(self.utd_ratio):
-                self.check_stop()
                 sample = self.buffer.sample().unsqueeze(0)
                 yield sample  # the generator resumes after the training step on it (no fetch-ahead)
                 update_priorities(self.buffer, sample[0])

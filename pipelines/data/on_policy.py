@@ -44,8 +44,7 @@ class OnPolicyDataModule(RLDataModule):
     def training_batches(self) -> Iterator[Minibatches]:
         """Per collected batch ``[N]``, its minibatches: ``ppo_epochs`` shuffles, each split into
         ``N / mini_batch_size`` minibatches."""
-        for batch in self.batches():
-            self.check_stop()
+        for batch in self.batches():  # (a stop is checked before each collection: every batch collected is trained on)
             order = torch.stack([torch.randperm(batch.numel()) for _ in range(self.ppo_epochs)])
             yield Minibatches(batch, order.reshape(-1, self.mini_batch_size))
 

@@ -46,3 +46,15 @@ def test_defaults_and_the_range_edges_are_accepted(algorithm):
     edges = {"dqn": {"lr": 1.0, "gamma": 1.0, "epsilon": 0.0}, "ppo": {"reward_scale": 1e6, "entropy_coeff": 0.0},
              "sac": {"actor_lr": 1.0, "gamma": 0.0}, "reinforce": {"lr": 1.0}}[algorithm]
     BUILD[algorithm](**edges)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"lr": 1e300}, r"EmbeddingUpdate\.lr=1e\+300 is not allowed: a learning rate in \(0, 1\]"),
+    ({"lr": math.nan}, r"EmbeddingUpdate\.lr=nan is not allowed"),
+    ({"epochs": 0}, r"EmbeddingUpdate\.epochs=0 is not allowed: an integer >= 1"),
+])
+def test_embedding_update_settings_are_range_checked(kwargs, message):
+    from callbacks.embedding import EmbeddingUpdate
+
+    with pytest.raises(ValueError, match=message):
+        EmbeddingUpdate(**kwargs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 import lightning as L
 
@@ -40,3 +41,35 @@ class PoisonBatch(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step >= self.from_step:
             batch["next", "reward"] = batch["next", "reward"] * float("nan")
+
+
+class KillDuringSave(L.Callback):
+    """The process kills itself (SIGKILL) halfway through writing its ``save_number``-th checkpoint: that
+    ``torch.save`` writes the first half of the checkpoint's bytes to its target (a path or an open file),
+    flushes them to disk, and dies (a crash, a power cut or an OOM kill in the middle of a save)."""
+
+    def __init__(self, save_number: int = 2) -> None:
+        self.save_number = save_number
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        import io
+
+        import torch
+
+        save, saves = torch.save, [0]
+
+        def half_write_then_die(obj, f, *args, **kwargs):
+            saves[0] += 1
+            if saves[0] < self.save_number:
+                return save(obj, f, *args, **kwargs)
+            buffer = io.BytesIO()
+            save(obj, buffer, *args, **kwargs)
+            data = buffer.getvalue()[: len(buffer.getvalue()) // 2]
+            target = open(f, "wb") if isinstance(f, (str, os.PathLike)) else f
+            target.write(data)
+            target.flush()
+            if hasattr(target, "fileno"):
+                os.fsync(target.fileno())
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        torch.save = half_write_then_die

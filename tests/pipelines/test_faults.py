@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -130,7 +131,28 @@ def test_a_killed_learner_leaves_no_worker_or_file_behind(tmp_path):
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_to_the_learner_stops_the_run(tmp_path, signum, status):
+    """Exit 128 + the signal after writing ``last.ckpt`` at the step where training stopped; resuming from it
+    continues the run (frames and optimiser steps on from there) and ends with exit 0."""
     got, stderr, elapsed, pids, folder = _run_with_fault(tmp_path, lambda pids: os.kill(pids["learner"], signum))
     assert got == status and elapsed < STOP_WITHIN_S, (got, elapsed, stderr[-3000:])
-    assert f"training stopped by {signal.Signals(signum).name}" in stderr, stderr[-3000:]
+    said = re.search(rf"training stopped by {signal.Signals(signum).name} at (\d+) frames, optimiser step (\d+); "
+                     rf"last checkpoint: (\S+last\.ckpt)", stderr)
+    assert said, stderr[-3000:]
     _checkpoints_intact(folder)
+    last = torch.load(said[3], map_location="cpu", weights_only=True)
+    frames, step = int(said[1]), int(said[2])
+    assert last["rl_state"]["collected_frames"] == frames and last["global_step"] == step  # written at the stop
+    if signum != signal.SIGTERM:
+        return
+    resumed = subprocess.run(
+        [sys.executable, "-m", "pipelines.fit", "--config", VACUUM, f"--ckpt_path={said[3]}",
+         f"--data.init_args.env={json.dumps({'class_path': 'envs.vacuum.VacuumConfig', 'init_args': SMALL})}",
+         "--model.init_args.network.init_args.num_agents=2", "--data.init_args.workers=2",
+         f"--data.init_args.total_frames={frames + 512}", "--data.init_args.init_random_frames=64",
+         "--trainer.enable_progress_bar=false", f"--trainer.logger.init_args.save_dir={tmp_path / 'resumed'}",
+         "--trainer.callbacks=[]", "--trainer.callbacks+=callbacks.ModelCheckpoint",
+         "--trainer.callbacks.save_last=true"],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    end = torch.load(tmp_path / "resumed" / "vacuum" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert end["rl_state"]["collected_frames"] >= frames + 512 and end["global_step"] > step

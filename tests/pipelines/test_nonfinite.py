@@ -12,6 +12,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from callbacks.checkpoint import ModelCheckpoint
+from callbacks.evaluation import PolicyEvaluation
 from modules.base import check_finite
 from pipelines.fit import main
 from tests.pipelines.conftest import REPO
@@ -51,6 +52,8 @@ def test_nonfinite_updates_are_skipped_then_the_run_stops(tmp_path, monkeypatch)
     assert int(weights["model"].nonfinite_updates) == 100
     last = torch.load(tmp_path / "cartpole_dqn" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
     assert all(torch.isfinite(v).all() for v in last["state_dict"].values() if v.is_floating_point())
+    skipped = last["global_step"] - 20  # the counts resume with the run
+    assert skipped > 0 and last["rl_state"]["nonfinite_updates"] == last["rl_state"]["consecutive_nonfinite"] == skipped
 
 
 def test_a_listed_guard_sets_the_limit(tmp_path):
@@ -78,3 +81,22 @@ def test_no_checkpoint_with_nonfinite_weights(tmp_path):
                                            r"\(e\.g\. weight\)"):
         callback._save_checkpoint(trainer, str(tmp_path / "x.ckpt"))
     assert not (tmp_path / "x.ckpt").exists()
+
+
+def test_no_best_checkpoint_with_nonfinite_weights(tmp_path, monkeypatch):
+    """An evaluation that beats the best one while the weights are not finite writes no best.ckpt."""
+    module = nn.Linear(2, 2)
+    saved = []
+    trainer = types.SimpleNamespace(strategy=types.SimpleNamespace(broadcast=lambda value, src: value),
+                                    checkpoint_callback=types.SimpleNamespace(dirpath=str(tmp_path)),
+                                    save_checkpoint=saved.append)
+    callback = PolicyEvaluation(save_best=True)
+    monkeypatch.setattr(callback, "evaluate", lambda trainer, pl_module: {"eval/episode_return": 10.0})
+    module.collected_frames = 100
+    callback._evaluate_and_keep_best(trainer, module)
+    assert saved == [str(tmp_path / "best.ckpt")] and callback.best == 10.0
+    with torch.no_grad():
+        module.weight[0, 0] = float("inf")
+    monkeypatch.setattr(callback, "evaluate", lambda trainer, pl_module: {"eval/episode_return": 20.0})
+    callback._evaluate_and_keep_best(trainer, module)
+    assert len(saved) == 1 and callback.best == 10.0
