@@ -17,6 +17,77 @@ from torchrl.envs import EnvBase, GymEnv, ParallelEnv, SerialEnv
 from envs.config import EnvConfig
 
 BACKENDS = ("vector", "serial", "parallel")
+# gymnasium envs whose whole state is plain attributes (numbers, arrays, the np_random generator) on the env and
+# its wrappers, so that a snapshot of those restores the episode in progress exactly
+RESTORABLE_MODULES = ("gymnasium.envs.classic_control.", "gymnasium.envs.toy_text.")
+_SKIP = object()
+
+
+def _plain(value: object) -> object:
+    """``value`` as checkpoint data (numbers, strings, None, tensors for numeric arrays, lists of those), or
+    ``_SKIP`` for anything else (spaces, specs, render surfaces...)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return value.item()
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return torch.from_numpy(value.copy())
+    if isinstance(value, (tuple, list)):
+        items = [_plain(v) for v in value]
+        return _SKIP if any(i is _SKIP for i in items) else items
+    return _SKIP
+
+
+def _unplain(value: object, current: object) -> object:
+    """The inverse of :func:`_plain`, shaped after the attribute's ``current`` value (array dtype, tuple)."""
+    if isinstance(value, Tensor):
+        return value.numpy().astype(current.dtype) if isinstance(current, np.ndarray) else value.numpy().copy()
+    if isinstance(value, list):
+        parts = list(current) if isinstance(current, (tuple, list)) and len(current) == len(value) else [None] * len(value)
+        items = [_unplain(v, c) for v, c in zip(value, parts)]
+        return tuple(items) if isinstance(current, tuple) else items
+    return value
+
+
+def _layers(env: gym.Env | gym.vector.VectorEnv) -> list:
+    """An env and the envs it wraps, outermost first."""
+    layers = [env]
+    while hasattr(layers[-1], "env"):
+        layers.append(layers[-1].env)
+    return layers
+
+
+def snapshot(env: gym.Env | gym.vector.VectorEnv) -> list[dict]:
+    """The plain attributes of ``env`` and every env it wraps (outermost first), and their ``np_random``
+    generators' states (``_np_random``), as checkpoint data (tensors, numbers, strings)."""
+    states = []
+    for layer in _layers(env):
+        state = {k: _plain(v) for k, v in vars(layer).items() if k not in ("_np_random", "_saved_kwargs")}
+        state = {k: v for k, v in state.items() if v is not _SKIP}
+        generator = vars(layer).get("_np_random")
+        if isinstance(generator, np.random.Generator):
+            state["_np_random"] = generator.bit_generator.state
+        states.append(state)
+    return states
+
+
+def restore(env: gym.Env | gym.vector.VectorEnv, states: list[dict]) -> None:
+    """Set the attributes :func:`snapshot` took back on ``env`` and the envs it wraps.
+
+    Raises:
+        ValueError: the snapshot was taken of another stack of wrappers.
+    """
+    layers = _layers(env)
+    if len(layers) != len(states):
+        raise ValueError(f"env state of {len(states)} wrapper layers, this env has {len(layers)}")
+    for layer, state in zip(layers, states):
+        for key, value in state.items():
+            if key == "_np_random":
+                generator = np.random.Generator(getattr(np.random, value["bit_generator"])())
+                generator.bit_generator.state = value
+                layer._np_random = generator
+            else:
+                setattr(layer, key, _unplain(value, getattr(layer, key, None)))
 
 
 class GymConfig(EnvConfig):
@@ -113,6 +184,8 @@ class GymVectorEnv(EnvBase):
         self.vector = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
                                    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
         self._seed: int | None = None
+        self._seeded_with: int | None = None  # the last seed given (what a resume state must match)
+        self._restored = False  # a resume state was loaded: the next full reset hands out its step
         # the vector env's observations now (a new episode's first where the row is fresh: reset by the vector env
         # in the step that ended its episode), and each row's return so far
         self._last: dict[str, Tensor] | None = None
@@ -130,6 +203,10 @@ class GymVectorEnv(EnvBase):
         rows = np.ones_like(self._fresh) if rows is None else rows.reshape(-1).cpu().numpy()
         # rows the vector env reset in the step that ended them are at their new episode's start already (TorchRL
         # asks for them with or without ``_reset``: without when every row finished); the others are reset now
+        if self._restored and rows.all():  # the collector's first reset after a resume: the restored step
+            self._restored, self._seed = False, None
+            return TensorDict({**self._last, "episode_reward": self._return}, batch_size=self.batch_size,
+                              device=self.device)
         stale = rows & ~self._fresh
         self._fresh &= ~rows
         if self._last is None or self._seed is not None or stale.all():  # first reset, new seed, or every row
@@ -192,7 +269,45 @@ class GymVectorEnv(EnvBase):
         return tensordict
 
     def _set_seed(self, seed: int | None) -> None:
-        self._seed = seed
+        self._seed = self._seeded_with = seed
+        self._restored = False
+
+    def resume_state(self) -> dict:
+        """What continues the episodes in progress exactly, for envs whose state is plain attributes
+        (:data:`RESTORABLE_MODULES`: classic control, toy text): every sub-env's and the vector env's attributes
+        and generators (:func:`snapshot`), the current observations, fresh rows and returns, and the seed this
+        env was given. Other envs (Box2D, ALE... hold state that is not plain attributes) give ``{}``: a resumed
+        run starts new episodes there."""
+        if self._last is None or not all(type(e.unwrapped).__module__.startswith(RESTORABLE_MODULES)
+                                         for e in self.vector.envs):
+            return {}
+        return {"seed": self._seeded_with, "vector": snapshot(self.vector), "envs": [snapshot(e) for e in self.vector.envs],
+                "last": {k: v.cpu().clone() for k, v in self._last.items()}, "fresh": torch.from_numpy(self._fresh.copy()),
+                "return": self._return.cpu().clone()}
+
+    def load_resume_state(self, state: dict, keep_row_seeds: bool = False) -> bool:
+        """Restore :meth:`resume_state`: the collector's next full reset hands out the saved step, and the envs
+        go on from it. A state saved with another seed (another DDP rank's envs) or an empty one is not applied:
+        the envs start new episodes.
+
+        Returns:
+            Whether the state was applied.
+
+        Raises:
+            ValueError: the state holds another number of envs or another stack of wrappers.
+        """
+        if not state or state.get("seed") != self._seeded_with:
+            return False
+        if len(state["envs"]) != len(self.vector.envs):
+            raise ValueError(f"env state of {len(state['envs'])} envs, this env has {len(self.vector.envs)}")
+        restore(self.vector, state["vector"])
+        for env, env_state in zip(self.vector.envs, state["envs"]):
+            restore(env, env_state)
+        self._last = {k: v.to(self.device) for k, v in state["last"].items()}
+        self._fresh = state["fresh"].numpy().copy()
+        self._return = state["return"].to(self.device)
+        self._restored, self._seed = True, None
+        return True
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         self.vector.close()

@@ -95,6 +95,7 @@ class RLModule(L.LightningModule):
         self.latest_metrics: dict[str, float] = {}
         self.nonfinite_updates: int | Tensor = 0  # updates skipped for a non-finite loss or gradient (optimiser_step)
         self.consecutive_nonfinite: int | Tensor = 0  # ... since the last finite one
+        self._resume_rng: Tensor | None = None  # a loaded checkpoint's torch RNG state, until restore_rng
         self._sums: dict[str, float | Tensor] = defaultdict(float)
         self._counts: dict[str, int] = defaultdict(int)
         # every evaluation's metrics and frame count, written by an evaluation callback (callbacks.PolicyEvaluation,
@@ -251,7 +252,8 @@ class RLModule(L.LightningModule):
                                   "consecutive_nonfinite": int(self.consecutive_nonfinite)}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """Restore :meth:`on_save_checkpoint`; each rank takes its own RNG state (rank 0's if fewer)."""
+        """Restore :meth:`on_save_checkpoint`; each rank takes its own RNG state (rank 0's if fewer), set again by
+        :meth:`restore_rng` when the training stream starts."""
         state = checkpoint.get("rl_state")
         if state is None:
             return
@@ -261,4 +263,14 @@ class RLModule(L.LightningModule):
         self.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
         rank = self.trainer.global_rank if self._trainer is not None else 0
         rngs = state["torch_rng"]
-        torch.set_rng_state(rngs[rank] if rank < len(rngs) else rngs[0])
+        self._resume_rng = rngs[rank] if rank < len(rngs) else rngs[0]
+        torch.set_rng_state(self._resume_rng)
+
+    def restore_rng(self) -> None:
+        """Set the torch RNG state a loaded checkpoint holds once more, right before the training stream's first
+        draw: building the collector (and whatever else runs between the load and that draw) consumes random
+        numbers, which the uninterrupted run consumed before the checkpoint. Then forgotten; nothing without a
+        loaded checkpoint."""
+        if self._resume_rng is not None:
+            torch.set_rng_state(self._resume_rng)
+            self._resume_rng = None

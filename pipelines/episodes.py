@@ -72,6 +72,7 @@ class EpisodeDataModule(RLDataModule):
 
     def training_batches(self) -> Iterator[TensorDict]:
         module = self.trainer.lightning_module
+        module.restore_rng()
         while module.collected_frames < self.total_frames:
             self.check_stop()
             batch = self._problems(self.seed + self.rank * self.batch_size, self.batch_size, self.batch_index)

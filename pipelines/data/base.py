@@ -262,6 +262,7 @@ class RLDataModule(L.LightningDataModule):
         """
         module = self.trainer.lightning_module
         iterator = iter(self.collector())
+        module.restore_rng()  # (after the collector is built: a resumed run draws on from the checkpoint's state)
         while module.collected_frames < self.total_frames:
             self.check_stop()
             batch = next(iterator)

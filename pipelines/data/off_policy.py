@@ -16,7 +16,7 @@ from torchrl.data import TensorDictReplayBuffer
 
 from envs import EnvConfig
 from pipelines.data.base import RLDataModule, check
-from pipelines.data.replay import make_replay_buffer, store, update_priorities
+from pipelines.data.replay import load_pending_steps, make_replay_buffer, pending_steps, store, update_priorities
 
 log = logging.getLogger(__name__)
 
@@ -167,13 +167,16 @@ class OffPolicyDataModule(RLDataModule):
                 update_priorities(self.buffer, sample[0])
 
     def state_dict(self) -> dict:
-        """The base state (env stream) plus the replay buffer's contents."""
+        """The base state (env stream) plus the replay buffer's contents and the steps its n-step transform holds
+        back."""
         state = super().state_dict()
         if self.buffer is not None:
             state["replay_buffer"] = self.buffer.state_dict()
+            state["replay_pending"] = pending_steps(self.buffer)
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
         super().load_state_dict(state_dict)
         if "replay_buffer" in state_dict:
             self.buffer.load_state_dict(state_dict["replay_buffer"])
+            load_pending_steps(self.buffer, state_dict.get("replay_pending", {}))

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
-from tensordict import NestedKey, TensorDict
+from tensordict import NestedKey, TensorDict, TensorDictBase
 from torch import Tensor
 from torchrl.data import LazyMemmapStorage, LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import Sampler
@@ -136,6 +136,30 @@ def make_replay_buffer(capacity: int, rows: int, batch_size: int, storage: Liter
         store = LazyTensorStorage(capacity, ndim=2)
     sampler = PrioritizedSampler(capacity, rows=rows, alpha=alpha, beta=beta) if prioritized else None
     return TensorDictReplayBuffer(storage=store, sampler=sampler, batch_size=batch_size, transform=transform)
+
+
+def pending_steps(buffer: TensorDictReplayBuffer) -> dict:
+    """The steps the buffer's transforms hold back until the next batch, as checkpoint data (nested dicts of
+    tensors), by transform position: TorchRL's ``MultiStepTransform`` keeps each row's last ``n_steps`` steps
+    (``_buffer``) to complete their n-step returns with the next batch; it does not save them itself."""
+    state = {}
+    for i, transform in enumerate(_transforms(buffer)):
+        held = getattr(transform, "_buffer", None)
+        if isinstance(held, TensorDictBase):
+            state[str(i)] = {"data": held.to_dict(), "batch_size": list(held.batch_size)}
+    return state
+
+
+def load_pending_steps(buffer: TensorDictReplayBuffer, state: dict) -> None:
+    """Restore :func:`pending_steps` into the buffer's transforms."""
+    for i, transform in enumerate(_transforms(buffer)):
+        if str(i) in state:
+            transform._buffer = TensorDict(state[str(i)]["data"], batch_size=state[str(i)]["batch_size"])
+
+
+def _transforms(buffer: TensorDictReplayBuffer) -> list:
+    transform = getattr(buffer, "_transform", None)
+    return list(getattr(transform, "transforms", [])) if transform is not None else []
 
 
 def store(buffer: TensorDictReplayBuffer, batch: TensorDict, keys: Sequence[NestedKey] | None,

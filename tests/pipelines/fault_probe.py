@@ -73,3 +73,15 @@ class KillDuringSave(L.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
         torch.save = half_write_then_die
+
+
+class KillAt(L.Callback):
+    """SIGKILL this process at the end of the training step that reaches optimiser step ``step`` (after the
+    callbacks listed before it, e.g. a checkpoint of an earlier step; nothing after it is written)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step >= self.step:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,65 @@
+"""A run killed with SIGKILL mid-training and resumed in a new process from its last checkpoint ends exactly
+as the uninterrupted run: the same weights, optimiser state, RNG states, frame counter, replay buffer (contents,
+cursor, and so the next sampled indices) and env state, bit for bit (``benchmarks.soak.compare``); and its
+TensorBoard steps go on from the checkpoint's frames without a gap or a repeat."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from benchmarks.soak import compare
+from tests.pipelines.conftest import REPO, SMOKE
+
+CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
+SMALL_DQN = ["--data.init_args.init_random_frames=256", "--data.init_args.num_envs=2",
+             "--data.init_args.frames_per_batch=64", "--data.init_args.batch_size=32",
+             "--data.init_args.utd_ratio=2", "--data.init_args.total_frames=3200",
+             "--model.init_args.network.init_args.hidden_dims=[32, 32]", "--model.init_args.target_update_interval=8",
+             "--trainer.callbacks+=callbacks.EpsilonDecay", "--trainer.callbacks.decay_frames=1600",
+             "--trainer.callbacks.eps_end=0.05"]
+
+
+def _fit(root, config: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipelines.fit", "--config", config, f"--trainer.default_root_dir={root}",
+                           "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
+                           "--trainer.callbacks+=callbacks.ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=20",
+                           "--trainer.callbacks.save_last=true", *args],
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _steps(version) -> list[int]:
+    events = EventAccumulator(str(version), size_guidance={"scalars": 0})
+    events.Reload()
+    return [e.step for e in events.Scalars("train/loss")]
+
+
+@pytest.mark.parametrize("config,args,kill_at", [
+    (CARTPOLE, SMALL_DQN, 30),  # DQN on gymnasium CartPole: replay buffer, target network, gymnasium env state
+    (CARTPOLE, [*SMALL_DQN, "--model.init_args.n_step=3", "--model.init_args.double_dqn=true"], 30),  # + pending n-steps
+    (SMOKE, ["--data.init_args.total_frames=3840"], 26),  # PPO on the DVRP smoke config (4 updates a batch)
+], ids=["dqn_cartpole", "dqn_nstep_cartpole", "ppo_dvrp"])
+def test_sigkill_and_resume_in_a_new_process_matches_the_uninterrupted_run(tmp_path, config, args, kill_at):
+    full = _fit(tmp_path / "full", config, *args)
+    assert full.returncode == 0, full.stderr[-2000:]
+    killed = _fit(tmp_path / "cut", config, *args, "--trainer.callbacks+=tests.pipelines.fault_probe.KillAt",
+                  f"--trainer.callbacks.step={kill_at}")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    name = "cartpole_dqn" if config == CARTPOLE else "dvrp_smoke"
+    last = tmp_path / "cut" / "runs" / name / "version_0" / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, map_location="cpu", weights_only=True)
+    assert 0 < saved["global_step"] < kill_at
+    resumed = _fit(tmp_path / "cut", config, *args, f"--ckpt_path={last}")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    final = tmp_path / "cut" / "runs" / name / "version_1" / "checkpoints" / "last.ckpt"
+    assert compare(str(tmp_path / "full" / "runs" / name / "version_0" / "checkpoints" / "last.ckpt"), str(final)) == []
+    reference = _steps(tmp_path / "full" / "runs" / name / "version_0")
+    frames = saved["rl_state"]["collected_frames"]
+    assert _steps(tmp_path / "cut" / "runs" / name / "version_1") == [s for s in reference if s > frames]
