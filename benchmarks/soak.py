@@ -171,7 +171,8 @@ def tensorboard_steps(root: str, segments: list[dict], tag: str = "train/loss") 
         events = EventAccumulator(version, size_guidance={"scalars": 0})
         events.Reload()
         steps = [e.step for e in events.Scalars(tag)] if tag in events.Tags()["scalars"] else []
-        frames = torch.load(segment["resumed_from"], map_location="cpu", weights_only=True)["rl_state"]["collected_frames"]
+        saved = torch.load(segment["resumed_from"], map_location="cpu", weights_only=True)
+        frames = saved["rl_state"]["collected_frames"]
         out.append({"checkpoint_frames": frames, "first_step": steps[0] if steps else None, "steps": len(steps)})
     if len(out) > 0 and all(o["first_step"] is not None for o in out):
         batch = min(o["first_step"] - o["checkpoint_frames"] for o in out)

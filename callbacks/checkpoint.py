@@ -25,10 +25,11 @@ class ModelCheckpoint(LightningModelCheckpoint):
       a multiple of it. A training step of the data pipelines takes all the updates of a collected batch
       (``OffPolicyDataModule``, ``OnPolicyDataModule``), so Lightning's own test (the count *is* a multiple
       after the step) would skip every multiple that falls inside a step.
-    * with ``save_last``, ``last.ckpt`` is also written when a signal stops training (the data pipelines'
-      ``StopRequested``, which carries the ``signal_name``, raised by the stop check before a collection; or Lightning's ``SIGTERMException`` after a training
-      step: both at a step boundary, so the checkpoint resumes the run). A crash or a second Ctrl+C (a
-      ``KeyboardInterrupt`` mid-step) writes nothing: the checkpoints written before stay.
+    * with ``save_last``, ``last.ckpt`` is also written when a signal stops training: the data pipelines'
+      ``StopRequested`` (it carries the ``signal_name``), raised by the stop check before a collection, or
+      Lightning's ``SIGTERMException`` after a training step; both at a step boundary, so the checkpoint
+      resumes the run. A crash or a second Ctrl+C (a ``KeyboardInterrupt`` mid-step) writes nothing: the
+      checkpoints written before stay.
     * a checkpoint is never written with weights that are not finite (it would replace a good ``last.ckpt``):
       the save raises instead, naming the step and the last checkpoint written.
     """

@@ -43,7 +43,8 @@ def _unplain(value: object, current: object) -> object:
     if isinstance(value, Tensor):
         return value.numpy().astype(current.dtype) if isinstance(current, np.ndarray) else value.numpy().copy()
     if isinstance(value, list):
-        parts = list(current) if isinstance(current, (tuple, list)) and len(current) == len(value) else [None] * len(value)
+        same = isinstance(current, (tuple, list)) and len(current) == len(value)
+        parts = list(current) if same else [None] * len(value)
         items = [_unplain(v, c) for v, c in zip(value, parts)]
         return tuple(items) if isinstance(current, tuple) else items
     return value
@@ -281,25 +282,24 @@ class GymVectorEnv(EnvBase):
         if self._last is None or not all(type(e.unwrapped).__module__.startswith(RESTORABLE_MODULES)
                                          for e in self.vector.envs):
             return {}
-        return {"seed": self._seeded_with, "vector": snapshot(self.vector), "envs": [snapshot(e) for e in self.vector.envs],
-                "last": {k: v.cpu().clone() for k, v in self._last.items()}, "fresh": torch.from_numpy(self._fresh.copy()),
-                "return": self._return.cpu().clone()}
+        return {"seed": self._seeded_with, "vector": snapshot(self.vector),
+                "envs": [snapshot(e) for e in self.vector.envs],
+                "last": {k: v.cpu().clone() for k, v in self._last.items()},
+                "fresh": torch.from_numpy(self._fresh.copy()), "return": self._return.cpu().clone()}
 
     def load_resume_state(self, state: dict, keep_row_seeds: bool = False) -> bool:
         """Restore :meth:`resume_state`: the collector's next full reset hands out the saved step, and the envs
-        go on from it. A state saved with another seed (another DDP rank's envs) or an empty one is not applied:
-        the envs start new episodes.
+        go on from it. A state saved with another seed (another DDP rank's envs) or another number of envs (an
+        evaluation's env), or an empty one, is not applied: the envs start new episodes.
 
         Returns:
             Whether the state was applied.
 
         Raises:
-            ValueError: the state holds another number of envs or another stack of wrappers.
+            ValueError: the state holds another stack of wrappers.
         """
-        if not state or state.get("seed") != self._seeded_with:
+        if not state or state.get("seed") != self._seeded_with or len(state["envs"]) != len(self.vector.envs):
             return False
-        if len(state["envs"]) != len(self.vector.envs):
-            raise ValueError(f"env state of {len(state['envs'])} envs, this env has {len(self.vector.envs)}")
         restore(self.vector, state["vector"])
         for env, env_state in zip(self.vector.envs, state["envs"]):
             restore(env, env_state)

@@ -46,8 +46,8 @@ class _EvaluationCLI(FitCLI):
 def load_run(configs: str | list[str], ckpt_path: str, overrides: list[str]) -> tuple[RLModule, RLDataModule]:
     """Build model and data module from fit configs (later ones override earlier ones, then the dotted
     overrides) and load the checkpoint: the weights and the data module's state (the env's learned
-    model, if any). The checkpoint is checked as ``pipelines.fit --ckpt_path`` checks it, before anything is built, except that the
-    env may differ from the one it was trained on.
+    model, if any). The checkpoint is checked as ``pipelines.fit --ckpt_path`` checks it, before anything is
+    built, except that the env may differ from the one it was trained on.
 
     Raises:
         FileNotFoundError: a config or the checkpoint does not exist.

@@ -6,12 +6,13 @@ config is saved next to the logs. ``num_threads`` and ``float32_matmul_precision
 once, before anything is built.
 
 A run that stops early ends with a non-zero exit status and its rollout workers stopped: 130 after
-SIGINT (Ctrl+C: training stops at the next step boundary, writing ``last.ckpt`` when the config's
-``ModelCheckpoint`` has ``save_last``; a second Ctrl+C stops it at once), 143 after SIGTERM (the same), 1 after
-an error (a worker that died or stalled names itself in the
-error). A signal arms a last-resort deadline: a run still alive :data:`STOP_GRACE_S` seconds after it
-(e.g. inside one very long collection) prints every thread's stack and exits with status 1. Checkpoints
-written before are kept intact (Lightning writes them to a temporary file and renames it).
+SIGINT (Ctrl+C: training stops before the next collection, writing ``last.ckpt`` when the config's
+``ModelCheckpoint`` has ``save_last``; a second Ctrl+C stops it at once), 143 after SIGTERM (the same), 1
+after an error (a worker that died or stalled names itself in the error). A signal arms a last-resort
+deadline: a run still alive :data:`STOP_GRACE_S` seconds after it (e.g. inside one very long collection)
+prints every thread's stack and exits with status 1. Checkpoints written before are kept intact
+(:class:`pipelines.checkpoints.AtomicCheckpointIO` writes each to a temporary file in its folder and renames
+it).
 """
 
 from __future__ import annotations
