@@ -129,10 +129,12 @@ def compare(a: str, b: str) -> list[str]:
     mismatched = []
 
     def walk(u, v, key: str, rows: int | None = None) -> None:
-        if isinstance(u, dict) and isinstance(v, dict) and "_len" in u and "_storage" in u:  # a replay storage:
-            rows = u["_len"]  # its rows past the length were never written (uninitialised memory)
-            walk(u["_len"], v.get("_len"), f"{key}._len")
-            walk(u["_storage"], v.get("_storage"), f"{key}._storage", rows)
+        if isinstance(u, dict) and isinstance(v, dict) and isinstance(u.get("_writer"), dict) and "_storage" in u:
+            # a replay buffer: its storage's rows (dim 0) past the writes were never written (uninitialised
+            # memory, saved as it is); a storage that has wrapped around is compared whole
+            writes = u["_writer"].get("_write_count")
+            walk({k: w for k, w in u.items() if k != "_storage"}, {k: w for k, w in v.items() if k != "_storage"}, key)
+            walk(u["_storage"], v.get("_storage"), f"{key}._storage", writes)
         elif isinstance(u, dict) and isinstance(v, dict):
             for k in set(u) | set(v):
                 walk(u.get(k), v.get(k), f"{key}.{k}" if key else str(k), rows)
@@ -140,7 +142,7 @@ def compare(a: str, b: str) -> list[str]:
             for i, (p, q) in enumerate(zip(u, v)):
                 walk(p, q, f"{key}[{i}]", rows)
         elif isinstance(u, torch.Tensor) and isinstance(v, torch.Tensor):
-            if rows is not None and u.dim() > 0 and u.shape == v.shape:
+            if rows is not None and u.dim() > 0 and u.shape == v.shape and rows < u.shape[0]:
                 u, v = u[:rows], v[:rows]
             if u.shape != v.shape or u.dtype != v.dtype or not torch.equal(u, v):
                 mismatched.append(key)
