@@ -108,10 +108,27 @@ class FitCLI(LightningCLI):
             config_exit(rejected)
 
 
+class OutputExists(ValueError):
+    """A run would overwrite a file it did not create."""
+
+
 class RecordConfig(SaveConfigCallback):
-    """LightningCLI's ``SaveConfigCallback`` (the resolved config saved next to the logs) that also records that
-    config in every checkpoint, as plain data under ``checkpoint[CONFIG_KEY]``: a resume can then tell whether a
-    checkpoint was trained with the same env and networks (:func:`pipelines.checkpoints.check_resume_checkpoint`)."""
+    """LightningCLI's ``SaveConfigCallback`` (the resolved config saved in the run folder) that never overwrites
+    a file (a run folder that already holds a ``config.yaml`` belongs to another run) and also records the config
+    in every checkpoint, as plain data under ``checkpoint[CONFIG_KEY]``: a resume can then tell whether a
+    checkpoint was trained with the same env and networks (:func:`pipelines.checkpoints.check_resume_checkpoint`).
+
+    Raises:
+        OutputExists: the run folder holds a ``config.yaml`` already (before anything is written).
+    """
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if not self.already_saved and self.save_to_log_dir:
+            path = os.path.join(trainer.log_dir, self.config_filename)
+            if trainer.strategy.broadcast(os.path.isfile(path) if trainer.is_global_zero else False):
+                raise OutputExists(f"{path} exists: a run never overwrites a file it did not create (give the run "
+                                   f"its own folder: --trainer.default_root_dir, or the logger's save_dir or version)")
+        super().setup(trainer, pl_module, stage)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         if getattr(self, "_record", None) is None:
@@ -148,13 +165,18 @@ def add_default_callbacks(trainer: Namespace) -> None:
 def place_outputs(trainer: Namespace) -> None:
     """Keep every output of the run under one root: a logger's relative ``save_dir`` is taken inside
     ``trainer.default_root_dir`` when that is given (else the working directory, as Lightning does), and a
-    logger's ``name``, ``version`` or ``sub_dir`` must be a folder name inside its ``save_dir``.
+    logger's ``name``, ``version`` or ``sub_dir`` must be a folder name inside its ``save_dir``. A run without
+    a logger (``--trainer.logger=false``) and without ``default_root_dir`` gets its own folder,
+    ``runs/unlogged/version_<k>`` (the next free k), for its config and checkpoints: Lightning would write them
+    into the working directory (``./config.yaml``, ``./checkpoints/``).
 
     Raises:
         ValueError: a ``name`` / ``version`` / ``sub_dir`` that is absolute or climbs out with ``..``.
     """
     root = trainer.get("default_root_dir")
     loggers = trainer.get("logger")
+    if loggers is False and root is None:
+        trainer.default_root_dir = _next_version(os.path.join("runs", "unlogged"))
     for logger in loggers if isinstance(loggers, list) else [loggers]:
         args = logger.get("init_args") if isinstance(logger, Namespace) else None
         if args is None:
@@ -167,6 +189,13 @@ def place_outputs(trainer: Namespace) -> None:
             if isinstance(value, str) and (os.path.isabs(value) or ".." in PurePath(value).parts):
                 raise ValueError(f"trainer.logger.init_args.{key}={value!r} is not allowed: a folder name inside the "
                                  f"logger's save_dir (not absolute, no '..')")
+
+
+def _next_version(folder: str) -> str:
+    """``<folder>/version_<k>`` for the smallest k >= 0 that does not exist (nothing is created)."""
+    taken = {int(n[8:]) for n in (os.listdir(folder) if os.path.isdir(folder) else [])
+             if n.startswith("version_") and n[8:].isdigit()}
+    return os.path.join(folder, f"version_{min(set(range(len(taken) + 1)) - taken)}")
 
 
 def config_error(err: BaseException) -> Exception | None:
@@ -193,7 +222,7 @@ def main(args: list[str] | None = None) -> FitCLI:
         SystemExit: 130 after SIGINT, 143 after SIGTERM (the run stopped early; see the module docstring).
     """
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
-                 save_config_callback=RecordConfig, save_config_kwargs={"overwrite": True}, args=args,
+                 save_config_callback=RecordConfig, save_config_kwargs={"overwrite": True}, args=args,  # (checked)
                  auto_configure_optimizers=False)
     in_main_thread = threading.current_thread() is threading.main_thread()  # (signal handlers need it)
     previous = {}
@@ -204,6 +233,8 @@ def main(args: list[str] | None = None) -> FitCLI:
                         weights_only=True)  # a checkpoint is read as tensors and plain data, never run
     except StopRequested as stop:
         _stopped(cli, stop.signal_name)
+    except OutputExists as err:
+        config_exit(err)
     except SIGTERMException:  # Lightning's own check, at the end of a training step
         _stopped(cli, "SIGTERM")
     except RuntimeError as err:  # a checkpoint (without a config record) whose weights fit other networks

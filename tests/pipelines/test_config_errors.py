@@ -53,3 +53,27 @@ def test_logger_folders_that_leave_the_run_root_are_rejected(tmp_path, key, valu
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert f"trainer.logger.init_args.{key}={value!r} is not allowed" in run.stderr
     assert os.listdir(tmp_path) == [] and not os.path.exists("/tmp/elsewhere")
+
+
+def test_a_run_without_logger_writes_nothing_into_the_working_directory(tmp_path):
+    """``--trainer.logger=false``: the config and checkpoints go to ``runs/unlogged/version_<k>``; the user's own
+    ``config.yaml`` in the working directory is left as it was."""
+    (tmp_path / "config.yaml").write_text("mine: 1\n")
+    for version in (0, 1):
+        run = _fit(tmp_path, "--trainer.logger=false", "--data.init_args.total_frames=960")
+        assert run.returncode == 0, run.stderr[-2000:]
+        folder = tmp_path / "runs" / "unlogged" / f"version_{version}"
+        assert (folder / "config.yaml").is_file() and any((folder / "checkpoints").glob("*.ckpt"))
+    assert (tmp_path / "config.yaml").read_text() == "mine: 1\n"
+    assert sorted(os.listdir(tmp_path)) == ["config.yaml", "runs"]
+
+
+def test_a_run_never_overwrites_a_config_it_did_not_create(tmp_path):
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "config.yaml").write_text("mine: 1\n")
+    run = _fit(tmp_path, "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path / 'own'}",
+               "--data.init_args.total_frames=960")
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert "config.yaml exists: a run never overwrites a file it did not create" in run.stderr
+    assert (tmp_path / "own" / "config.yaml").read_text() == "mine: 1\n"
+    assert os.listdir(tmp_path / "own") == ["config.yaml"]
