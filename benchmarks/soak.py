@@ -12,10 +12,9 @@ weights are unaffected). Each process's resident memory is sampled every second 
 
 Prints one JSON object: ``identical`` (every tensor of the final checkpoints' weights, optimiser state, data
 module state and RNG states equal, bit for bit), ``mismatched`` (the keys that differ), frames and wall time of
-each run, the kills, ``rss_mb`` (peak, first and last minute's mean) and ``rss_slope_mb_per_min`` (least squares
-over the samples after the first minute) of the reference run and of each soaked segment, and ``tensorboard``:
-for each resumed segment, the checkpoint's frames, the first step it logged and whether that step is the next
-batch (no gap, no repeat).
+each run, the kills, ``memory`` (peak, first and last minute's mean, and the least-squares slope after the
+first minute, MB/min) of the reference run and of each soaked segment, and ``tensorboard``: whether the soaked
+run's one TensorBoard run (each resume continues in its folder) has exactly the reference's steps.
 """
 
 from __future__ import annotations
@@ -160,27 +159,22 @@ def compare(a: str, b: str) -> list[str]:
     return sorted(mismatched)
 
 
-def tensorboard_steps(root: str, segments: list[dict], tag: str = "train/loss") -> list[dict]:
-    """For each resumed segment: its checkpoint's frames, the first step its events logged under ``tag``, and
-    whether that is the checkpoint's next batch (the step just after the checkpoint's, no gap, no repeat)."""
+def tensorboard_steps(root: str, reference: str, tag: str = "train/loss") -> dict:
+    """The soaked run's TensorBoard steps under ``tag`` (one run folder: each resume continues in it, replacing
+    the steps the killed part logged after its checkpoint) against the reference run's: equal means no gap and
+    no repeat."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    out = []
-    versions = sorted(glob.glob(os.path.join(root, "runs", "*", "version_*")), key=lambda p: int(p.rsplit("_", 1)[1]))
-    for segment, version in zip(segments, versions):
-        if segment["resumed_from"] is None:
-            continue
-        events = EventAccumulator(version, size_guidance={"scalars": 0})
+    def steps(folder: str) -> list[int]:
+        versions = glob.glob(os.path.join(folder, "runs", "*", "version_*"))
+        events = EventAccumulator(versions[0], size_guidance={"scalars": 0}) if len(versions) == 1 else None
+        if events is None:
+            return []
         events.Reload()
-        steps = [e.step for e in events.Scalars(tag)] if tag in events.Tags()["scalars"] else []
-        saved = torch.load(segment["resumed_from"], map_location="cpu", weights_only=True)
-        frames = saved["rl_state"]["collected_frames"]
-        out.append({"checkpoint_frames": frames, "first_step": steps[0] if steps else None, "steps": len(steps)})
-    if len(out) > 0 and all(o["first_step"] is not None for o in out):
-        batch = min(o["first_step"] - o["checkpoint_frames"] for o in out)
-        for o in out:
-            o["continues"] = o["first_step"] - o["checkpoint_frames"] == batch > 0
-    return out
+        return [e.step for e in events.Scalars(tag)] if tag in events.Tags()["scalars"] else []
+
+    soaked, ref = steps(root), steps(reference)
+    return {"steps": len(soaked), "reference_steps": len(ref), "same_as_reference": bool(ref) and soaked == ref}
 
 
 def main() -> None:
@@ -210,7 +204,7 @@ def main() -> None:
     result["kills"] = sum(s["killed"] for s in segments)
     result["mismatched"] = compare(newest_last(ref_root), newest_last(soak_root))
     result["identical"] = not result["mismatched"]
-    result["tensorboard"] = tensorboard_steps(soak_root, segments)
+    result["tensorboard"] = tensorboard_steps(soak_root, ref_root)
     print(json.dumps(result))
 
 

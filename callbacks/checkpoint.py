@@ -35,7 +35,8 @@ class ModelCheckpoint(LightningModelCheckpoint):
     """
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
-        """Lightning's save, after checking that every weight is finite (one read-back per save).
+        """Lightning's save, after checking that every weight is finite (one read-back per save); then the
+        loggers are flushed (``logger.save()``), so that the logs up to the checkpoint are on disk with it.
 
         Raises:
             RuntimeError: a parameter or buffer with nan or inf (named, with the last checkpoint written).
@@ -46,6 +47,8 @@ class ModelCheckpoint(LightningModelCheckpoint):
                                f"not finite (e.g. {bad[0]}); the last checkpoint written: "
                                f"{self.last_model_path or 'none'}")
         super()._save_checkpoint(trainer, filepath)
+        for logger in trainer.loggers:  # the logs up to the checkpoint reach the disk with it (a resumed run
+            logger.save()  # replaces those after it; without this a kill lost the writer's unflushed events)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_start(trainer, pl_module)

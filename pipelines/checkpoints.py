@@ -116,7 +116,7 @@ MODEL_KEYS = (("model", "class_path"), ("model", "init_args", "network"))  # wha
 IDENTITY_KEYS = (*MODEL_KEYS, ("data", "class_path"), ("data", "init_args", "env"))  # ... and a resumed run
 
 
-def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...], ...] = IDENTITY_KEYS) -> None:
+def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...], ...] = IDENTITY_KEYS) -> int | None:
     """Check, before anything is built or written, that ``path`` is a training checkpoint of this config's kind:
     it exists, reads as tensors and plain data (``weights_only``), is a Lightning checkpoint, and was trained
     with the config's model class, networks, data module class and env (as the checkpoint's record of its config,
@@ -128,6 +128,9 @@ def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...]
         path: the ``--ckpt_path`` file. config: the resolved config as plain data (``model``, ``data``, ...).
         keys: the config entries that must equal the checkpoint's (:data:`IDENTITY_KEYS` to resume;
             :data:`MODEL_KEYS` to evaluate, where the env may differ).
+
+    Returns:
+        The frames the checkpoint's run had collected (``rl_state``), or None when it does not say.
 
     Raises:
         ValueError: what is wrong, naming the file (and the first key whose value differs, with both values).
@@ -146,7 +149,7 @@ def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...]
                 key, was, now = difference
                 raise ValueError(f"--ckpt_path={path!r} was trained with another config: {key}={was!r} there, "
                                  f"{now!r} in this config")
-        return
+        return _frames(checkpoint)
     trained_model = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
     if trained_model is not None and trained_model != model_class:
         raise ValueError(f"--ckpt_path={path!r} was trained with model {trained_model}; this config's model is "
@@ -156,6 +159,12 @@ def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...]
     if trained_data and data_name not in trained_data:
         raise ValueError(f"--ckpt_path={path!r} was trained with data module {trained_data[0]}; this config's data "
                          f"module is {data_class}")
+    return _frames(checkpoint)
+
+
+def _frames(checkpoint: dict) -> int | None:
+    frames = (checkpoint.get("rl_state") or {}).get("collected_frames")
+    return int(frames) if isinstance(frames, int) else None
 
 
 def _read(path: str, what: str) -> object:

@@ -34,6 +34,7 @@ import torch  # noqa: E402
 from jsonargparse import Namespace  # noqa: E402
 import yaml  # noqa: E402
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback  # noqa: E402
+from lightning.pytorch.loggers import TensorBoardLogger  # noqa: E402
 from lightning.pytorch.trainer.states import TrainerStatus  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 
@@ -84,12 +85,14 @@ class FitCLI(LightningCLI):
             place_outputs(self.config.trainer)
         except ValueError as err:
             config_exit(err)
+        self.resumed_in_place: tuple[str, int] | None = None
         if self.config.ckpt_path is not None:  # a bad checkpoint stops the run before anything is built or written
             try:
-                check_resume_checkpoint(self.config.ckpt_path, plain_config(self.parser, self.config),
-                                        self.checkpoint_keys)
+                frames = check_resume_checkpoint(self.config.ckpt_path, plain_config(self.parser, self.config),
+                                                 self.checkpoint_keys)
             except ValueError as err:
                 config_exit(err)
+            self.resumed_in_place = resume_in_place(self.config.trainer, self.config.ckpt_path, frames)
 
     def instantiate_classes(self) -> None:
         """Build the config's objects. A value that one of this project's constructors rejects ends the run
@@ -114,7 +117,8 @@ class OutputExists(ValueError):
 
 class RecordConfig(SaveConfigCallback):
     """LightningCLI's ``SaveConfigCallback`` (the resolved config saved in the run folder) that never overwrites
-    a file (a run folder that already holds a ``config.yaml`` belongs to another run) and also records the config
+    a file (a run folder that already holds a ``config.yaml`` belongs to another run; a run resumed in its own
+    folder saves ``config.resumed-<frames>.yaml`` beside the first) and also records the config
     in every checkpoint, as plain data under ``checkpoint[CONFIG_KEY]``: a resume can then tell whether a
     checkpoint was trained with the same env and networks (:func:`pipelines.checkpoints.check_resume_checkpoint`).
 
@@ -122,8 +126,12 @@ class RecordConfig(SaveConfigCallback):
         OutputExists: the run folder holds a ``config.yaml`` already (before anything is written).
     """
 
+    resumed_frames: int | None = None  # set when the run resumes in its own folder: the config goes beside
+
     def setup(self, trainer, pl_module, stage: str) -> None:
-        if not self.already_saved and self.save_to_log_dir:
+        if self.resumed_frames is not None:  # the run's own folder: the first config stays, this one goes beside
+            self.config_filename = f"config.resumed-{self.resumed_frames}.yaml"
+        elif not self.already_saved and self.save_to_log_dir:
             path = os.path.join(trainer.log_dir, self.config_filename)
             if trainer.strategy.broadcast(os.path.isfile(path) if trainer.is_global_zero else False):
                 raise OutputExists(f"{path} exists: a run never overwrites a file it did not create (give the run "
@@ -191,6 +199,29 @@ def place_outputs(trainer: Namespace) -> None:
                                  f"logger's save_dir (not absolute, no '..')")
 
 
+def resume_in_place(trainer: Namespace, ckpt_path: str, frames: int | None) -> tuple[str, int] | None:
+    """Continue a run in its own folder: when ``ckpt_path`` is ``<save_dir>/<name>/<version>/checkpoints/*.ckpt``
+    of the config's TensorBoard logger (and the config sets no ``version``), the logger's ``version`` is set to
+    that folder, so the resumed run's logs, config and checkpoints join the run's (see :func:`main` for the
+    TensorBoard steps it replaces). Otherwise the resumed run gets a new folder, as Lightning does.
+
+    Returns:
+        ``(run folder, the checkpoint's frames)`` when resuming in place, else None.
+    """
+    logger = trainer.get("logger")
+    args = logger.get("init_args") if isinstance(logger, Namespace) else None
+    if (args is None or frames is None or args.get("version") is not None or args.get("sub_dir")
+            or not str(logger.get("class_path", "")).endswith("TensorBoardLogger") or args.get("save_dir") is None):
+        return None
+    folder = os.path.dirname(os.path.abspath(ckpt_path))
+    run = os.path.dirname(folder)
+    logs = os.path.abspath(os.path.join(args.save_dir, args.get("name") or "lightning_logs"))
+    if os.path.basename(folder) != "checkpoints" or os.path.dirname(run) != logs:
+        return None
+    args.version = os.path.basename(run)
+    return run, frames
+
+
 def _next_version(folder: str) -> str:
     """``<folder>/version_<k>`` for the smallest k >= 0 that does not exist (nothing is created)."""
     taken = {int(n[8:]) for n in (os.listdir(folder) if os.path.isdir(folder) else [])
@@ -224,6 +255,8 @@ def main(args: list[str] | None = None) -> FitCLI:
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                  save_config_callback=RecordConfig, save_config_kwargs={"overwrite": True}, args=args,  # (checked)
                  auto_configure_optimizers=False)
+    if cli.resumed_in_place is not None:
+        _continue_in(cli, *cli.resumed_in_place)
     in_main_thread = threading.current_thread() is threading.main_thread()  # (signal handlers need it)
     previous = {}
     if in_main_thread:  # Lightning adds its own SIGTERM handler to this one at fit start
@@ -251,6 +284,20 @@ def main(args: list[str] | None = None) -> FitCLI:
             signal.signal(signum, handler)
         cli.datamodule.shutdown_collector()  # no worker may outlive the run, whatever ended it
     return cli
+
+
+def _continue_in(cli: FitCLI, folder: str, frames: int) -> None:
+    """A run resumed in its own folder: its TensorBoard events from the checkpoint's frames on replace those the
+    interrupted part wrote after the checkpoint (TensorBoard's ``purge_step``: steps are frames here), and its
+    config is saved beside the first as ``config.resumed-<frames>.yaml``."""
+    for logger in cli.trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            logger._kwargs["purge_step"] = frames + 1  # read when the SummaryWriter is made (its first log)
+    for callback in cli.trainer.callbacks:
+        if isinstance(callback, RecordConfig):
+            callback.resumed_frames = frames
+    print(f"resuming {folder} at {frames} frames (the same folder; TensorBoard steps after {frames} from the "
+          f"interrupted part are replaced)", file=sys.stderr, flush=True)
 
 
 def _on_stop_signal(data: RLDataModule, signum: int, frame) -> None:

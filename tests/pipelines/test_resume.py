@@ -1,7 +1,7 @@
 """A run killed with SIGKILL mid-training and resumed in a new process from its last checkpoint ends exactly
 as the uninterrupted run: the same weights, optimiser state, RNG states, frame counter, replay buffer (contents,
-cursor, and so the next sampled indices) and env state, bit for bit (``benchmarks.soak.compare``); and its
-TensorBoard steps go on from the checkpoint's frames without a gap or a repeat."""
+cursor, and so the next sampled indices) and env state, bit for bit (``benchmarks.soak.compare``); it goes on
+in its own run folder, whose TensorBoard steps are the uninterrupted run's, without a gap or a repeat."""
 
 from __future__ import annotations
 
@@ -58,8 +58,13 @@ def test_sigkill_and_resume_in_a_new_process_matches_the_uninterrupted_run(tmp_p
     assert 0 < saved["global_step"] < kill_at
     resumed = _fit(tmp_path / "cut", config, *args, f"--ckpt_path={last}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    final = tmp_path / "cut" / "runs" / name / "version_1" / "checkpoints" / "last.ckpt"
-    assert compare(str(tmp_path / "full" / "runs" / name / "version_0" / "checkpoints" / "last.ckpt"), str(final)) == []
-    reference = _steps(tmp_path / "full" / "runs" / name / "version_0")
+    run = tmp_path / "cut" / "runs" / name / "version_0"  # the run goes on in its own folder
     frames = saved["rl_state"]["collected_frames"]
-    assert _steps(tmp_path / "cut" / "runs" / name / "version_1") == [s for s in reference if s > frames]
+    assert f"resuming {run} at {frames} frames" in resumed.stderr
+    assert sorted(p.name for p in (tmp_path / "cut" / "runs" / name).iterdir()) == ["version_0"]
+    assert (run / "config.yaml").is_file() and (run / f"config.resumed-{frames}.yaml").is_file()
+    assert compare(str(tmp_path / "full" / "runs" / name / "version_0" / "checkpoints" / "last.ckpt"),
+                   str(run / "checkpoints" / "last.ckpt")) == []
+    # one TensorBoard run with the uninterrupted run's steps: the interrupted part's steps after the
+    # checkpoint are replaced by the resumed part's (purge_step), none missing, none twice
+    assert _steps(run) == _steps(tmp_path / "full" / "runs" / name / "version_0")
