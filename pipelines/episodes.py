@@ -32,14 +32,14 @@ class EpisodeDataModule(RLDataModule):
         total_frames: budget in construction steps, summed over ranks.
         eval_size: instances in the fixed validation set.
         seed: seed of instance row 0 on rank 0.
-        device: device of the instance tensors.
+        device: device of the instance tensors; null (the default) follows the trainer's root device.
 
     Raises:
         ValueError: a non-positive size (the message names the key).
     """
 
     def __init__(self, env: VRPTWConfig, batch_size: PositiveInt = 512, total_frames: PositiveInt = 10_000_000,
-                 eval_size: PositiveInt = 1024, seed: int = 0, device: str = "cpu") -> None:
+                 eval_size: PositiveInt = 1024, seed: int = 0, device: str | None = None) -> None:
         for key, value in (("batch_size", batch_size), ("total_frames", total_frames)):
             if value < 1:
                 raise ValueError(f"data.{key} must be >= 1, got {value}")
@@ -53,7 +53,8 @@ class EpisodeDataModule(RLDataModule):
         self._validation: TensorDict | None = None
 
     def setup(self, stage: str) -> None:
-        """Nothing to build: instances are drawn per batch (no env, no collector)."""
+        """Nothing to build but the device: instances are drawn per batch (no env, no collector)."""
+        self.resolve_device()
 
     def env_specs(self) -> None:
         """None: no step-wise env (the module builds whole plans from problem batches)."""

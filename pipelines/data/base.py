@@ -44,7 +44,8 @@ class RLDataModule(L.LightningDataModule):
         frames_per_batch: frames per collected batch on each rank (a multiple of ``num_envs``).
         total_frames: the run's budget in frames, summed over ranks.
         seed: seed of env row 0 on rank 0.
-        device: device the env and collector run on.
+        device: device the env and collector run on; null (the default) follows the trainer: its root device
+            (``cuda:<k>`` on rank k of ``--trainer.accelerator=gpu``, else ``cpu``).
         workers: 0 steps the ``num_envs`` envs as one batch in this process; N >= 1 runs them in N worker
             processes of ``num_envs / N`` envs each (TorchRL ``MultiSyncCollector``, inference on CPU in the
             workers, weights shared before every collection). Row b of worker w is seeded like row
@@ -60,7 +61,7 @@ class RLDataModule(L.LightningDataModule):
     """
 
     def __init__(self, env: EnvConfig, num_envs: PositiveInt = 64, frames_per_batch: PositiveInt = 1920,
-                 total_frames: PositiveInt = 1_000_000, seed: int = 0, device: str = "cpu", workers: int = 0,
+                 total_frames: PositiveInt = 1_000_000, seed: int = 0, device: str | None = None, workers: int = 0,
                  worker_timeout_s: PositiveFloat = 300.0) -> None:
         super().__init__()
         check(workers >= 0 and (workers == 0 or num_envs % workers == 0),
@@ -96,7 +97,13 @@ class RLDataModule(L.LightningDataModule):
         """Seed of this rank's env row 0."""
         return self.seed + self.rank * self.num_envs
 
+    def resolve_device(self) -> None:
+        """``device: null`` takes the trainer's root device (CPU outside a trainer)."""
+        if self.device is None:
+            self.device = str(self.trainer.strategy.root_device) if self.trainer is not None else "cpu"
+
     def setup(self, stage: str) -> None:
+        self.resolve_device()
         if self.env is None:
             self.env = make_env(self.env_config, self.num_envs, self.first_seed, self.device)
             self.control = EnvControl(self.env, self.workers)

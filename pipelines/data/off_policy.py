@@ -62,7 +62,7 @@ class OffPolicyDataModule(RLDataModule):
                  utd_ratio: PositiveInt = 1, init_random_frames: int = 1000,
                  storage: Literal["tensor", "memmap"] = "tensor", scratch_dir: str | None = None,
                  prioritized: bool = False, priority_alpha: float = 0.6, priority_beta: float = 0.4, seed: int = 0,
-                 device: str = "cpu", workers: int = 0, worker_timeout_s: PositiveFloat = 300.0) -> None:
+                 device: str | None = None, workers: int = 0, worker_timeout_s: PositiveFloat = 300.0) -> None:
         super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device, workers, worker_timeout_s)
         check(buffer_size >= num_envs, f"data.buffer_size={buffer_size} must be >= data.num_envs={num_envs}")
         check(batch_size >= 1, f"data.batch_size must be >= 1, got {batch_size}")

@@ -9,7 +9,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from modules.flexibility import FlexibilityModel
 from pipelines.fit import main
-from tests.pipelines.conftest import SMOKE, run_module
+from tests.pipelines.conftest import REPO, SMOKE, run_module
 
 REQUIRED_SCALARS = {
     "rollout/episode_return", "rollout/plan_cost_km", "rollout/failure_rate", "rollout/served",
@@ -152,3 +152,13 @@ def test_last_checkpoint_holds_the_end_of_training(tmp_path):
     assert cli.trainer.global_step == 39 and state["global_step"] == 39
     assert state["rl_state"]["collected_frames"] == cli.model.collected_frames
     assert all(torch.equal(v, state["state_dict"][k]) for k, v in cli.model.state_dict().items())
+
+
+def test_the_data_device_follows_the_trainer(tmp_path):
+    """One flag for the device: ``data.device`` unset takes the trainer's root device (here the CPU); the envs,
+    collector and batches live there."""
+    cli = main(["--config", str(REPO / "configs" / "cartpole_dqn.yaml"), "--trainer.enable_progress_bar=false",
+                "--trainer.callbacks=[]", f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false",
+                "--data.init_args.total_frames=512", "--data.init_args.init_random_frames=256"])
+    assert cli.config.data.init_args.device is None
+    assert cli.datamodule.device == str(cli.trainer.strategy.root_device) == "cpu"
