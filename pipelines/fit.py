@@ -1,9 +1,9 @@
 """Train anything: ``python -m pipelines.fit --config configs/<run>.yaml [--key.sub=value ...]``.
 
 LightningCLI over ``model`` (an ``RLModule`` subclass), ``data`` (an ``RLDataModule`` subclass) and
-``trainer``; ``--print_config`` prints the resolved run, ``--ckpt_path`` resumes one. The resolved
-config is saved next to the logs. ``num_threads`` and ``float32_matmul_precision`` are applied here,
-once, before anything is built.
+``trainer``; ``--print_config`` prints the resolved run, ``--ckpt_path`` resumes one (in its own run folder
+when the checkpoint is in it: :func:`resume_in_place`). The resolved config is saved in the run folder.
+``num_threads`` and ``float32_matmul_precision`` are applied here, once, before anything is built.
 
 A run that stops early ends with a non-zero exit status and its rollout workers stopped: 130 after
 SIGINT (Ctrl+C: training stops before the next collection, writing ``last.ckpt`` when the config's
@@ -253,7 +253,7 @@ def main(args: list[str] | None = None) -> FitCLI:
         SystemExit: 130 after SIGINT, 143 after SIGTERM (the run stopped early; see the module docstring).
     """
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
-                 save_config_callback=RecordConfig, save_config_kwargs={"overwrite": True}, args=args,  # (checked)
+                 save_config_callback=RecordConfig, save_config_kwargs={"overwrite": True}, args=args,  # RecordConfig checks
                  auto_configure_optimizers=False)
     if cli.resumed_in_place is not None:
         _continue_in(cli, *cli.resumed_in_place)
