@@ -43,7 +43,7 @@ def ours(backend: str, num_envs: int, frames: int) -> float:
     """Microseconds per collected and stored frame here."""
     env = make_env(GymConfig("CartPole-v1", backend=backend), num_envs, 0)
     module = DQNModule(QNetwork(num_actions=2, hidden_dims=(256, 256)))
-    module.prepare(EnvSpecs.of(env))
+    module.build_on(EnvSpecs.of(env))
     module.set_epsilon(0.05)
     collector = local_collector(env, module.collector_policy, FRAMES_PER_BATCH)
     buffer = make_replay_buffer(100_000, rows=num_envs, batch_size=64)

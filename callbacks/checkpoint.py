@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint as LightningModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -32,7 +33,19 @@ class ModelCheckpoint(LightningModelCheckpoint):
       checkpoints written before stay.
     * a checkpoint is never written with weights that are not finite (it would replace a good ``last.ckpt``):
       the save raises instead, naming the step and the last checkpoint written.
+    * checkpoints are named by the frames collected (``frames=1200000.ckpt``) unless ``filename`` is given; the
+      ``filename`` template may use ``{frames}`` besides Lightning's ``{epoch}``, ``{step}`` and metrics.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.filename is None:
+            self.filename = "{frames}"
+
+    def _monitor_candidates(self, trainer: L.Trainer) -> dict[str, Any]:
+        candidates = super()._monitor_candidates(trainer)
+        candidates["frames"] = torch.tensor(getattr(trainer.lightning_module, "collected_frames", 0))
+        return candidates
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         """Lightning's save, after checking that every weight is finite (one read-back per save); then the

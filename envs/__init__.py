@@ -11,6 +11,7 @@ from torchrl.data import TensorSpec
 from torchrl.envs import ActionMask, Compose, EnvBase, RewardSum, TransformedEnv
 
 from envs.config import EnvConfig
+from envs.spec_record import spec_from_record, spec_record
 
 
 def make_env(config: EnvConfig, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
@@ -64,6 +65,24 @@ class EnvSpecs:
             if name == "action_mask":
                 observation[key] = torch.ones_like(observation[key])
         return cls(spec, spec[0] if num_agents is not None else spec, observation, num_agents)
+
+    def record(self) -> dict:
+        """These specs as plain data (:mod:`envs.spec_record`; the example observation as a nested dict of tensors),
+        for a checkpoint that is read with ``weights_only=True``."""
+        return {"action_spec": spec_record(self.action_spec), "agent_action_spec": spec_record(self.agent_action_spec),
+                "example_observation": self.example_observation.cpu().to_dict(),
+                "batch_size": list(self.example_observation.batch_size), "num_agents": self.num_agents}
+
+    @classmethod
+    def from_record(cls, record: dict) -> EnvSpecs:
+        """The specs :meth:`record` recorded (on CPU).
+
+        Raises:
+            ValueError: a damaged record (unknown spec family or dtype).
+        """
+        observation = TensorDict(record["example_observation"], batch_size=record["batch_size"])
+        return cls(spec_from_record(record["action_spec"]), spec_from_record(record["agent_action_spec"]), observation,
+                   record["num_agents"])
 
 
 __all__ = ["EnvConfig", "EnvSpecs", "make_env", "unwrap"]

@@ -154,7 +154,7 @@ class DQNModule(RLModule):
             raise ValueError("model.in_keys must name at least one entry (e.g. [observation])")
         if not 0 <= epsilon <= 1:
             raise ValueError(f"model.epsilon={epsilon} is not allowed: must be in [0, 1]")
-        self.save_hyperparameters(ignore=["network"])
+        self.save_config("network")
         self.network = network
         self.target: TargetNetwork | None = None
 

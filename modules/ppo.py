@@ -82,7 +82,7 @@ class PPOModule(RLModule):
         for key, value in (("lr_schedule", lr_schedule), ("clip_schedule", clip_schedule)):
             if value not in ("constant", "linear"):
                 raise ValueError(f"model.{key}={value!r} is not allowed: one of constant, linear")
-        self.save_hyperparameters(ignore=["network"])
+        self.save_config("network")
         self.network = network
         self.encoder = TensorDictModule(network.encode, in_keys=list(network.in_keys), out_keys=["hidden"])
         self.critic = ValueOperator(network.value, in_keys=["hidden"])

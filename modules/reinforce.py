@@ -63,7 +63,7 @@ class REINFORCEModule(RLModule):
                       ("eval_interval_frames", eval_interval_frames, eval_interval_frames >= 1, ">= 1"),
                       ("baseline_alpha", baseline_alpha, 0 < baseline_alpha < 1, "in (0, 1)"),
                       ("eval_batch_size", eval_batch_size, eval_batch_size >= 1, ">= 1"))
-        self.save_hyperparameters(ignore=["policy"])
+        self.save_config("policy")
         self.policy = policy
         self.baseline = copy.deepcopy(policy).requires_grad_(False)
         self.evaluation_schedule = FrameSchedule(eval_interval_frames)

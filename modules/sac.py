@@ -152,7 +152,7 @@ class SACModule(RLModule):
                       ("num_qvalue_nets", num_qvalue_nets, num_qvalue_nets >= 1, ">= 1"),
                       ("alpha_init", alpha_init, 0 < alpha_init < math.inf, "> 0 and finite"),
                       ("max_grad_norm", max_grad_norm, 0 < max_grad_norm < math.inf, "> 0 and finite"))
-        self.save_hyperparameters(ignore=["network"])
+        self.save_config("network")
         self.network = network
         self.policy: SACActorPolicy | None = None
         self._policy: TensorPolicy | None = None

@@ -12,6 +12,7 @@ import tempfile
 from typing import Any
 
 import torch
+import yaml
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch import nn
 
@@ -160,6 +161,31 @@ def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...]
         raise ValueError(f"--ckpt_path={path!r} was trained with data module {trained_data[0]}; this config's data "
                          f"module is {data_class}")
     return _frames(checkpoint)
+
+
+def run_configs(path: str) -> tuple[list[str], str]:
+    """The fit config of the run a checkpoint belongs to, for a command given only ``--ckpt_path``: the
+    ``config.yaml`` of its run folder (``<run>/checkpoints/<file>.ckpt``, as ``pipelines.fit`` writes it), else
+    the config the checkpoint records (``checkpoint[CONFIG_KEY]``, as a YAML string that LightningCLI's
+    ``--config`` takes).
+
+    Returns:
+        The ``--config`` values, and where they came from (a message).
+
+    Raises:
+        ValueError: no such file, an unreadable one, or one with neither (names the places looked at).
+    """
+    if not os.path.isfile(path):
+        raise ValueError(f"--ckpt_path={path!r}: no such file")
+    folder = os.path.dirname(os.path.abspath(path))
+    beside = os.path.join(os.path.dirname(folder) if os.path.basename(folder) == "checkpoints" else folder, "config.yaml")
+    if os.path.isfile(beside):
+        return [beside], beside
+    record = _read(path, "--ckpt_path")
+    record = record.get(CONFIG_KEY) if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        raise ValueError(f"--ckpt_path={path!r}: no {beside} and the checkpoint records no config; give --config")
+    return [yaml.safe_dump({k: v for k, v in record.items() if k != "ckpt_path"})], f"the config recorded in {path}"
 
 
 def _frames(checkpoint: dict) -> int | None:

@@ -1,13 +1,14 @@
 """Evaluate a trained policy against its env's reference policies, on the same seeded episodes.
 
-    python -m pipelines.evaluate --config configs/<run>.yaml --ckpt_path CKPT [--episodes 256] [--seed S]
+    python -m pipelines.evaluate --ckpt_path CKPT [--config configs/<run>.yaml] [--episodes 256] [--seed S]
         [--policies NAME ...] [--settings JSON] [--routes_out FILE] [--pyvrp_episodes K]
-        [--instances GLOB] [--compare_config CFG [--compare_config CFG2] --compare_ckpt CKPT2] [dotted overrides]
+        [--instances GLOB] [--compare_ckpt CKPT2 [--compare_config CFG ...]] [dotted overrides]
 
-Every policy plays the same episodes (the env is rebuilt with the same seed for each): the trained one
+The run's config is the ``config.yaml`` of the checkpoint's run folder (else the one the checkpoint records) unless
+``--config`` gives it. Every policy plays the same episodes (the env is rebuilt with the same seed for each): the trained one
 (deterministic), the env's reference policies (``EnvConfig.baseline_policies``: ``random`` for any env, the
 scripted offer rules on DVRP), and with ``--compare_ckpt`` a second trained run (its own configs, e.g. an
-ablation) as the row ``<name>[<last config's stem>]``. A row has the mean return with its standard error and
+ablation) as the row ``<name>[<its last config's stem, or its run folder>]``. A row has the mean return with its standard error and
 the mean of every ``report`` entry the env gives at an episode's end (``<key>_rate`` for 0/1 outcomes such as
 the hockey env's ``win``); the table adds the paired difference to the trained policy. Envs with evaluation
 settings (hockey: the weak and strong opponents; ``--settings`` chooses others) get one table per setting.
@@ -23,10 +24,12 @@ capacity. A run's learned env model (the flexibility model) is restored with its
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import os
 import sys
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -35,26 +38,40 @@ from envs import EnvConfig, make_env, unwrap
 from envs.episodes import play_episodes
 from modules.base import RLModule
 from pipelines.data import RLDataModule
-from pipelines.checkpoints import MODEL_KEYS, weights_mismatch
+from pipelines.checkpoints import MODEL_KEYS, run_configs, weights_mismatch
 from pipelines.fit import FitCLI, config_exit
+
+
+# evaluate hands LightningCLI its own argument list (the run's config plus overrides) while sys.argv holds
+# evaluate's options: intended, so the warning about the two differing says nothing
+warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+
+OVERRIDE_PREFIXES = ("--model.", "--data.", "--trainer.", "--seed_everything")  # the fit config's keys
 
 
 class _EvaluationCLI(FitCLI):
     checkpoint_keys = MODEL_KEYS  # the same model and networks; the env may differ (other instances, sizes)
 
 
-def load_run(configs: str | list[str], ckpt_path: str, overrides: list[str]) -> tuple[RLModule, RLDataModule]:
+def load_run(configs: str | list[str] | None, ckpt_path: str, overrides: list[str]) -> tuple[RLModule, RLDataModule]:
     """Build model and data module from fit configs (later ones override earlier ones, then the dotted
-    overrides) and load the checkpoint: the weights and the data module's state (the env's learned
+    overrides; None: the run's own, :func:`pipelines.checkpoints.run_configs`) and load the checkpoint: the weights and the data module's state (the env's learned
     model, if any). The checkpoint is checked as ``pipelines.fit --ckpt_path`` checks it, before anything is
     built, except that the env may differ from the one it was trained on.
 
     Raises:
         FileNotFoundError: a config or the checkpoint does not exist.
-        SystemExit: 2, for a checkpoint that is unreadable or was trained with another config (one message).
+        SystemExit: 2, for a checkpoint that is unreadable, was trained with another config, or (without
+            ``configs``) has no config beside it or in it (one message).
     """
+    if configs is None:
+        try:
+            configs, source = run_configs(ckpt_path)
+        except ValueError as err:
+            config_exit(err)
+        print(f"config: {source}", file=sys.stderr)
     configs = [configs] if isinstance(configs, str) else list(configs)
-    for path, what in [*((c, "config") for c in configs), (ckpt_path, "checkpoint")]:
+    for path, what in [*((c, "config") for c in configs if "\n" not in c), (ckpt_path, "checkpoint")]:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{what} not found: {path!r}")
     cli = _EvaluationCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
@@ -64,7 +81,7 @@ def load_run(configs: str | list[str], ckpt_path: str, overrides: list[str]) -> 
                        "--trainer.enable_checkpointing=false", "--trainer.callbacks=[]", *overrides])
     model, data = cli.model, cli.datamodule
     data.setup("validate")
-    model.prepare(data.env_specs())
+    model.build_on(data.env_specs())
     checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)  # tensors and plain data only
     try:
         model.load_state_dict(checkpoint["state_dict"])
@@ -78,6 +95,12 @@ def load_run(configs: str | list[str], ckpt_path: str, overrides: list[str]) -> 
         data.load_state_dict(data_state)
     model.eval()
     return model, data
+
+
+def _run_name(ckpt_path: str) -> str:
+    """A checkpoint's run, for a table label: ``<name>/<version>`` of ``<name>/<version>/checkpoints/x.ckpt``."""
+    parts = os.path.abspath(ckpt_path).split(os.sep)
+    return "/".join(parts[-4:-2]) if len(parts) > 3 and parts[-2] == "checkpoints" else os.path.basename(ckpt_path)
 
 
 def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int, seed: int,
@@ -149,8 +172,12 @@ def _print_table(results: dict[str, dict], rows: dict[str, dict], mine: str, gap
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", required=True, action="append", help="the fit config(s) of the run")
+    parser = argparse.ArgumentParser(prog="python -m pipelines.evaluate", description=__doc__,
+                                     usage="%(prog)s --ckpt_path CKPT [options] [--model.<key>=... --data.<key>=...]",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", action="append", default=None,
+                        help="the fit config(s) of the run (default: config.yaml of the checkpoint's run folder, else "
+                             "the config the checkpoint records)")
     parser.add_argument("--ckpt_path", required=True, help="checkpoint of the trained policy")
     parser.add_argument("--episodes", type=int, default=256, help="episodes per policy (and setting)")
     parser.add_argument("--seed", type=int, default=10_000_000, help="seed of the evaluation episodes")
@@ -166,14 +193,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--pyvrp_seconds", type=float, default=1.0, help="PyVRP time per episode")
     parser.add_argument("--instances", default=None, help="glob of Solomon .txt / VRPLIB .vrp files for the DVRP env "
                         "(episodes draw N customers of a random file; capacity from the files)")
-    parser.add_argument("--compare_config", action="append", default=None, help="config(s) of a second run")
+    parser.add_argument("--compare_config", action="append", default=None, help="config(s) of the second run (default: its own, as --config)")
     parser.add_argument("--compare_ckpt", default=None, help="checkpoint of a second run, played on the same episodes")
     parser.add_argument("--num_threads", type=int, default=1)
     args, overrides = parser.parse_known_args(argv)
+    for token in overrides:  # the rest are the fit config's dotted keys; anything else is a typo of ours
+        name = token.split("=")[0]
+        if name.startswith("-") and not name.startswith(OVERRIDE_PREFIXES):
+            close = difflib.get_close_matches(name, [o for a in parser._actions for o in a.option_strings], n=1)
+            parser.error(f"unrecognized argument {name}" + (f" (did you mean {close[0]}?)" if close else "")
+                         + f" (the run's config keys go as {', '.join(p.rstrip('.') + '.<key>=...' for p in OVERRIDE_PREFIXES[:3])})")
     if args.episodes < 1 or args.num_envs < 1:
         parser.error(f"--episodes and --num_envs must be >= 1 (got {args.episodes}, {args.num_envs})")
-    if (args.compare_ckpt is None) != (args.compare_config is None):
-        parser.error("--compare_ckpt and --compare_config go together")
+    if args.compare_config is not None and args.compare_ckpt is None:
+        parser.error("--compare_config needs --compare_ckpt (the second run's checkpoint)")
     torch.set_num_threads(args.num_threads)
     if args.instances is not None:
         env = {"init_args": {"instances": args.instances, "capacity": None}}  # the run's env class, these keys
@@ -189,7 +222,8 @@ def main(argv: list[str] | None = None) -> dict:
     policies = {name: (config, lambda env: model.collector_policy)}
     if args.compare_ckpt is not None:
         other, other_data = load_run(args.compare_config, args.compare_ckpt, overrides)
-        stem = os.path.splitext(os.path.basename(args.compare_config[-1]))[0]
+        stem = (os.path.splitext(os.path.basename(args.compare_config[-1]))[0] if args.compare_config
+                else _run_name(args.compare_ckpt))
         policies[f"{name}[{stem}]"] = (other_data.env_config, lambda env: other.collector_policy)
     policies.update({p: (config, lambda env, make=baselines[p]: make(env, args.seed)) for p in chosen})
     settings = config.evaluation_settings if args.settings is None else args.settings

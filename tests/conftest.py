@@ -43,3 +43,9 @@ def tiny_config():
     from envs.dvrp import DVRPConfig
 
     return DVRPConfig(num_customers=8, num_vehicles=2)
+
+
+def periodic_checkpoints(folder: str | os.PathLike) -> dict[int, Path]:
+    """The periodic checkpoints of a run's ``checkpoints/`` folder (``frames=<n>.ckpt``), by optimiser step."""
+    paths = Path(folder).glob("frames=*.ckpt")
+    return dict(sorted((torch.load(p, map_location="cpu", weights_only=True)["global_step"], p) for p in paths))

@@ -9,6 +9,7 @@ import torch
 from callbacks.curriculum import CurriculumPhases
 from envs.hockey import MODES, OPPONENTS
 from pipelines.fit import main
+from tests.conftest import periodic_checkpoints
 from tests.pipelines.conftest import hockey_dqn_config
 
 PHASES = [
@@ -52,8 +53,7 @@ def test_phases_advance_by_frames_then_by_metric_and_clear_the_buffer(tmp_path):
 
 def test_resume_restores_the_phase_and_its_settings(tmp_path):
     cli = main(["--config", _config(tmp_path / "a", PHASES)])
-    ckpts = sorted((tmp_path / "a" / "hockey" / "version_0" / "checkpoints").glob("epoch=0-step=*.ckpt"),
-                   key=lambda p: int(p.stem.split("=")[-1]))
+    ckpts = list(periodic_checkpoints(tmp_path / "a" / "hockey" / "version_0" / "checkpoints").values())
     for ckpt in ckpts:
         state = torch.load(ckpt, weights_only=False)
         saved = next(v for k, v in state["callbacks"].items() if "CurriculumPhases" in k)

@@ -8,6 +8,7 @@ import pytest
 
 from envs.dvrp.baselines import BASELINES
 from pipelines.evaluate import main
+from tests.conftest import periodic_checkpoints
 from tests.pipelines.conftest import SMOKE, run_module
 from tests.route_check import check_exported_plan
 
@@ -74,7 +75,7 @@ def test_learned_env_model_is_restored(smoke_run):
 def test_compare_run_plays_the_same_episodes(smoke_run, tmp_path, capsys):
     """A second run given by --compare_config/--compare_ckpt (here the same run 12 optimiser steps earlier) gets
     its own row, which is what that checkpoint scores when evaluated alone on the same seed: the same episodes."""
-    early = str(smoke_run["dir"] / "checkpoints" / "epoch=0-step=4.ckpt")
+    early = str(periodic_checkpoints(smoke_run["dir"] / "checkpoints")[4])
     table, _, _ = _evaluate(smoke_run, tmp_path, capsys, "--policies", "fallback", "--compare_config", SMOKE,
                             "--compare_ckpt", early)
     alone, _, _ = _evaluate(smoke_run, tmp_path, capsys, "--policies", "fallback", ckpt=early)
@@ -82,3 +83,55 @@ def test_compare_run_plays_the_same_episodes(smoke_run, tmp_path, capsys):
     assert table["ppo[dvrp_smoke]"] == alone["ppo"]
     assert table["ppo[dvrp_smoke]"] != table["ppo"], "the two checkpoints play differently"
     assert table["fallback"] == alone["fallback"]
+
+
+def test_evaluate_finds_the_runs_config(smoke_run, tmp_path, capsys):
+    """Without --config, evaluate reads the config.yaml beside the checkpoint's checkpoints/ folder, and for a
+    checkpoint moved away from its run, the config the checkpoint records: the same table as with --config."""
+    import shutil
+
+    args = ["--ckpt_path", smoke_run["last"], "--episodes", "8", "--num_envs", "8", "--policies", "fallback"]
+    main(["--config", SMOKE, *args])
+    given = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    main(args)
+    out = capsys.readouterr()
+    assert json.loads(out.out.strip().splitlines()[-1]) == given
+    assert f"config: {smoke_run['dir'] / 'config.yaml'}" in out.err
+    alone = tmp_path / "moved.ckpt"
+    shutil.copy(smoke_run["last"], alone)
+    main(["--ckpt_path", str(alone), *args[2:]])
+    out = capsys.readouterr()
+    assert json.loads(out.out.strip().splitlines()[-1]) == given
+    assert "the config recorded in" in out.err
+
+
+def test_evaluate_typo_names_the_option(smoke_run):
+    proc = run_module("pipelines.evaluate", "--ckpt_path", smoke_run["last"], "--epsiodes", "8", timeout=120)
+    assert proc.returncode == 2
+    assert "unrecognized argument --epsiodes (did you mean --episodes?)" in proc.stderr
+    assert proc.stderr.count("\n") < 12, "one short message, not fit's usage"
+
+
+def test_a_module_loads_from_its_checkpoint_alone(smoke_run):
+    """RLModule.load_from_checkpoint(path) builds the trained algorithm's module with its networks from the
+    checkpoint alone (no YAML, no env), in eval mode, with the trained weights: it acts like the module that
+    evaluate builds from the run's config."""
+    import torch
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+    from modules.base import RLModule
+    from modules.ppo import PPOModule
+    from pipelines.evaluate import load_run
+
+    loaded = RLModule.load_from_checkpoint(smoke_run["last"])
+    assert type(loaded) is PPOModule and not loaded.training
+    reference, data = load_run(SMOKE, smoke_run["last"], [])
+    assert loaded.state_dict().keys() == reference.state_dict().keys()
+    assert all(torch.equal(v, reference.state_dict()[k]) for k, v in loaded.state_dict().items())
+    env = data.make_eval_env(4, seed=3)
+    observation = env.reset()
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        a = loaded.collector_policy(observation.clone())["action"]
+        b = reference.collector_policy(observation.clone())["action"]
+    env.close()
+    assert torch.equal(a, b)

@@ -9,6 +9,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from modules.flexibility import FlexibilityModel
 from pipelines.fit import main
+from tests.conftest import periodic_checkpoints
 from tests.pipelines.conftest import REPO, SMOKE, run_module
 
 REQUIRED_SCALARS = {
@@ -75,7 +76,7 @@ def test_resume_continues_frames_optimizer_and_rng(tmp_path):
                      "--trainer.callbacks.save_last=true"]
     full = main([*common, *checkpointing, f"--trainer.logger.init_args.save_dir={tmp_path / 'a'}"])
     ckpt_dir = tmp_path / "a" / "dvrp_smoke" / "version_0" / "checkpoints"
-    mid = ckpt_dir / "epoch=0-step=8.ckpt"
+    mid = periodic_checkpoints(ckpt_dir)[8]
     assert mid.is_file(), sorted(p.name for p in ckpt_dir.iterdir())
     assert torch.load(mid, weights_only=False)["rl_state"]["collected_frames"] == 960
     resumed = main([*common, *checkpointing, f"--trainer.logger.init_args.save_dir={tmp_path / 'b'}",

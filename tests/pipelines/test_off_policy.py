@@ -12,6 +12,7 @@ import torch
 
 from pipelines.evaluate import main as evaluate
 from pipelines.fit import main
+from tests.conftest import periodic_checkpoints
 from tests.pipelines.conftest import REPO
 
 CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
@@ -40,7 +41,7 @@ def test_warmup_updates_epsilon_and_buffer_resume(tmp_path):
     assert len(data.buffer) == 1920 - 4 * 3  # n_step = 3: the last 3 steps of each of the 4 rows are held back
     assert module.epsilon() == pytest.approx(1.0 - 0.95 * 1920 / 2000)
     ckpt_dir = tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints"
-    mid = ckpt_dir / "epoch=0-step=20.ckpt"
+    mid = periodic_checkpoints(ckpt_dir)[20]
     state = torch.load(mid, weights_only=False)
     frames = state["rl_state"]["collected_frames"]
     assert 512 < frames < 1920
@@ -61,7 +62,7 @@ def test_warmup_updates_epsilon_and_buffer_resume(tmp_path):
 def test_evaluate_works_for_a_gym_config(tmp_path, capsys):
     """pipelines.evaluate on a non-DVRP run: the same last-line JSON, {policy: {mean_return, return_se}}."""
     _run(tmp_path, "--data.init_args.total_frames=1280")
-    ckpt = tmp_path / "cartpole_dqn" / "version_0" / "checkpoints" / "epoch=0-step=20.ckpt"
+    ckpt = periodic_checkpoints(tmp_path / "cartpole_dqn" / "version_0" / "checkpoints")[20]
     capsys.readouterr()
     table = evaluate(["--config", CARTPOLE, "--ckpt_path", str(ckpt), "--episodes", "6", "--num_envs", "4",
                       "--model.init_args.network.init_args.hidden_dims=[64, 64]"])
@@ -112,7 +113,7 @@ def test_prioritized_replay_updates_priorities_and_resumes(tmp_path):
     sampler = full.datamodule.buffer.sampler
     filled = sampler._priority[: len(full.datamodule.buffer)]
     assert (filled > 0).all() and filled.unique().numel() > 100  # TD errors, not the uniform start
-    ckpt = tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints" / "epoch=0-step=20.ckpt"
+    ckpt = periodic_checkpoints(tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints")[20]
     state = torch.load(ckpt, weights_only=False)
     resumed = _run(tmp_path / "b", f"--data.init_args.total_frames={state['rl_state']['collected_frames']}",
                    "--data.init_args.prioritized=true", f"--ckpt_path={ckpt}")
@@ -142,7 +143,7 @@ def test_memmap_storage_writes_to_scratch_dir_and_resumes(tmp_path):
                 f"--data.init_args.scratch_dir={tmp_path / 'scratch_a'}")
     assert isinstance(full.datamodule.buffer.storage, LazyMemmapStorage)
     assert any((tmp_path / "scratch_a" / "rank0").rglob("*.memmap"))
-    ckpt = tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints" / "epoch=0-step=20.ckpt"
+    ckpt = periodic_checkpoints(tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints")[20]
     state = torch.load(ckpt, weights_only=False)
     resumed = _run(tmp_path / "b", f"--data.init_args.total_frames={state['rl_state']['collected_frames']}",
                    "--data.init_args.storage=memmap", f"--data.init_args.scratch_dir={tmp_path / 'scratch_b'}",
@@ -162,9 +163,10 @@ def test_checkpoints_follow_optimiser_steps_when_a_training_step_takes_several(t
                "--trainer.callbacks.every_n_train_steps=10")
     assert run.trainer.global_step == (30 - 8) * 3
     folder = tmp_path / "cartpole_dqn" / "version_0" / "checkpoints"
-    steps = sorted(int(p.stem.split("step=")[1]) for p in folder.glob("epoch=*.ckpt"))
-    assert steps == [12, 21, 30, 42, 51, 60]
-    saved = torch.load(folder / "epoch=0-step=21.ckpt", weights_only=True)
+    checkpoints = periodic_checkpoints(folder)
+    assert list(checkpoints) == [12, 21, 30, 42, 51, 60]
+    saved = torch.load(checkpoints[21], weights_only=True)
+    assert checkpoints[21].name == f"frames={saved['rl_state']['collected_frames']}.ckpt"
     assert saved["global_step"] == 21 and saved["rl_state"]["target_counter"] == 21
 
 

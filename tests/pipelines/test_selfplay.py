@@ -8,6 +8,7 @@ import torch
 
 from callbacks.selfplay import KINDS, SelfPlay
 from pipelines.fit import main
+from tests.conftest import periodic_checkpoints
 from tests.pipelines.conftest import hockey_dqn_config
 
 PROBABILITIES = {"self": 0.5, "weak": 0.3, "strong": 0.2}
@@ -52,7 +53,7 @@ def test_pool_is_bounded_checkpointed_and_played(tmp_path):
     total = sum(selfplay.drawn.values())
     assert total == 8 * 41 and 0.25 < selfplay.drawn["self"] / total < 0.6 and selfplay.drawn["static"] == 0
     # resume: the pool (and the draw stream) come back
-    ckpt = tmp_path / "a" / "hockey" / "version_0" / "checkpoints" / "epoch=0-step=20.ckpt"
+    ckpt = periodic_checkpoints(tmp_path / "a" / "hockey" / "version_0" / "checkpoints")[20]
     state = torch.load(ckpt, weights_only=False)
     saved = next(v for k, v in state["callbacks"].items() if "SelfPlay" in k)
     resumed = main(["--config", hockey_dqn_config(tmp_path / "b", callbacks),
