@@ -44,7 +44,7 @@ class EmbeddingUpdate(L.Callback):
         batch_size: outcomes per optimiser step.
         lr: Adam learning rate (a fresh optimiser per update, warm-started weights).
         buffer_size: capacity of the outcome store (oldest outcomes are overwritten).
-        seed: seed of the shuffles (update u uses ``seed + u``; the global RNG is not touched).
+        seed: seed of the shuffles (update u uses ``seed + u``; the global RNG is not touched); null: the run's seed (``pipelines.fit`` sets it from ``seed_everything``; 0 when built in Python).
 
     Raises:
         ValueError: a setting below 1, an lr outside (0, 1] (``EmbeddingUpdate.<key>=... is not allowed``), or an
@@ -52,7 +52,7 @@ class EmbeddingUpdate(L.Callback):
     """
 
     def __init__(self, every_n_frames: int = 50_000, epochs: int = 4, batch_size: int = 1024, lr: float = 3e-3,
-                 buffer_size: int = 64_000, seed: int = 0) -> None:
+                 buffer_size: int = 64_000, seed: int | None = None) -> None:
         check_hparams(*((key, value, value >= 1, "an integer >= 1") for key, value in (
             ("every_n_frames", every_n_frames), ("epochs", epochs), ("batch_size", batch_size),
             ("buffer_size", buffer_size))), ("lr", lr, 0 < lr <= 1, LEARNING_RATE), section="EmbeddingUpdate")
@@ -60,7 +60,7 @@ class EmbeddingUpdate(L.Callback):
         self.epochs = epochs
         self.batch_size = batch_size
         self.lr = lr
-        self.seed = seed
+        self.seed = 0 if seed is None else int(seed)
         self.store = TensorDictReplayBuffer(storage=LazyTensorStorage(buffer_size))
         self.updates = 0
 

@@ -44,7 +44,7 @@ class SelfPlay(L.Callback):
         every_n_frames: snapshot interval in collected frames (all ranks).
         pool_size: the most snapshots kept.
         probabilities: ``{kind: p}`` over ``self``, ``static``, ``weak``, ``strong``, summing to 1.
-        seed: seed of the draws.
+        seed: seed of the draws; null: the run's seed (``pipelines.fit`` sets it from ``seed_everything``; 0 when built in Python).
         active: draw opponents from the start (snapshots are taken either way); ``callbacks.CurriculumPhases``
             switches the data module's ``self_play`` per phase (``self_play: true``), so a curriculum can end in
             self-play.
@@ -55,7 +55,7 @@ class SelfPlay(L.Callback):
     """
 
     def __init__(self, every_n_frames: int = 100_000, pool_size: int = 10,
-                 probabilities: dict[str, float] | None = None, seed: int = 0, active: bool = True) -> None:
+                 probabilities: dict[str, float] | None = None, seed: int | None = None, active: bool = True) -> None:
         probabilities = dict(probabilities or {"self": 0.5, "weak": 0.25, "strong": 0.25})
         if every_n_frames < 1 or pool_size < 1:
             raise ValueError(f"SelfPlay: every_n_frames and pool_size must be >= 1, got {every_n_frames}, {pool_size}")
@@ -67,7 +67,7 @@ class SelfPlay(L.Callback):
         self.schedule = FrameSchedule(every_n_frames)
         self.pool_size = pool_size
         self.probabilities = probabilities
-        self.seed = seed
+        self.seed = 0 if seed is None else int(seed)
         self.active = active
         self.pool: list[dict[str, Tensor]] = []
         self.drawn = dict.fromkeys(KINDS, 0)  # opponents drawn in this process (a statistic)

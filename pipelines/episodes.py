@@ -31,7 +31,7 @@ class EpisodeDataModule(RLDataModule):
         batch_size: instances per training step on each rank.
         total_frames: budget in construction steps, summed over ranks.
         eval_size: instances in the fixed validation set.
-        seed: seed of instance row 0 on rank 0.
+        seed: seed of instance row 0 on rank 0; null: the run's seed (``pipelines.fit`` sets it from ``seed_everything``; 0 when built in Python).
         device: device of the instance tensors; null (the default) follows the trainer's root device.
 
     Raises:
@@ -39,7 +39,7 @@ class EpisodeDataModule(RLDataModule):
     """
 
     def __init__(self, env: VRPTWConfig, batch_size: PositiveInt = 512, total_frames: PositiveInt = 10_000_000,
-                 eval_size: PositiveInt = 1024, seed: int = 0, device: str | None = None) -> None:
+                 eval_size: PositiveInt = 1024, seed: int | None = None, device: str | None = None) -> None:
         for key, value in (("batch_size", batch_size), ("total_frames", total_frames)):
             if value < 1:
                 raise ValueError(f"data.{key} must be >= 1, got {value}")

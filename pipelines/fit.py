@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -81,6 +82,7 @@ class FitCLI(LightningCLI):
         torch.set_num_threads(self.config.num_threads)
         torch.set_float32_matmul_precision(self.config.float32_matmul_precision)
         add_default_callbacks(self.config.trainer)
+        share_seed(self.config)
         try:
             place_outputs(self.config.trainer)
         except ValueError as err:
@@ -168,6 +170,23 @@ def add_default_callbacks(trainer: Namespace) -> None:
     if not any(isinstance(p, Namespace) and str(p.get("class_path", "")).endswith("CheckpointIO") for p in plugins):
         trainer.plugins = [*plugins, Namespace(class_path="pipelines.checkpoints.AtomicCheckpointIO",
                                                init_args=Namespace())]
+
+
+def share_seed(config: Namespace) -> None:
+    """One seed for the whole run: every ``seed`` of the data module and the callbacks that the config leaves
+    unset (null) takes the run's ``seed_everything`` (which also seeds torch, numpy and Python's RNGs: the
+    model's initial weights, exploration), so ``--seed_everything=S`` alone gives another run. Seeds the config
+    sets stay (e.g. ``PolicyEvaluation``'s, the evaluation episodes, the same for every run). With
+    ``seed_everything: false`` (no seeding) they get a random seed, recorded in the saved config."""
+    seed = config.get("seed_everything")
+    if seed is False or seed is None:
+        seed = secrets.randbelow(2**31)
+    trainer = config.get("trainer") or Namespace()
+    callbacks = trainer.get("callbacks") or []
+    for section in [config.get("data"), *callbacks]:
+        args = section.get("init_args") if isinstance(section, Namespace) else None
+        if args is not None and "seed" in args and args.seed is None:
+            args.seed = int(seed)
 
 
 def place_outputs(trainer: Namespace) -> None:

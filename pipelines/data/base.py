@@ -43,7 +43,7 @@ class RLDataModule(L.LightningDataModule):
         num_envs: envs stepped as one batch on each rank (B).
         frames_per_batch: frames per collected batch on each rank (a multiple of ``num_envs``).
         total_frames: the run's budget in frames, summed over ranks.
-        seed: seed of env row 0 on rank 0.
+        seed: seed of env row 0 on rank 0; null: the run's seed (``pipelines.fit`` sets it from ``seed_everything``; 0 when built in Python).
         device: device the env and collector run on; null (the default) follows the trainer: its root device
             (``cuda:<k>`` on rank k of ``--trainer.accelerator=gpu``, else ``cpu``).
         workers: 0 steps the ``num_envs`` envs as one batch in this process; N >= 1 runs them in N worker
@@ -61,7 +61,7 @@ class RLDataModule(L.LightningDataModule):
     """
 
     def __init__(self, env: EnvConfig, num_envs: PositiveInt = 64, frames_per_batch: PositiveInt = 1920,
-                 total_frames: PositiveInt = 1_000_000, seed: int = 0, device: str | None = None, workers: int = 0,
+                 total_frames: PositiveInt = 1_000_000, seed: int | None = None, device: str | None = None, workers: int = 0,
                  worker_timeout_s: PositiveFloat = 300.0) -> None:
         super().__init__()
         check(workers >= 0 and (workers == 0 or num_envs % workers == 0),
@@ -77,7 +77,7 @@ class RLDataModule(L.LightningDataModule):
         self.num_envs = int(num_envs)  # plain ints: jsonargparse types would reach the checkpoint
         self.frames_per_batch = int(frames_per_batch)
         self.total_frames = int(total_frames)
-        self.seed = seed
+        self.seed = 0 if seed is None else int(seed)
         self.device = device
         self.workers = int(workers)
         self.worker_timeout_s = float(worker_timeout_s)

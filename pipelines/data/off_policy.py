@@ -61,7 +61,8 @@ class OffPolicyDataModule(RLDataModule):
                  total_frames: PositiveInt = 100_000, buffer_size: PositiveInt = 100_000, batch_size: PositiveInt = 128,
                  utd_ratio: PositiveInt = 1, init_random_frames: int = 1000,
                  storage: Literal["tensor", "memmap"] = "tensor", scratch_dir: str | None = None,
-                 prioritized: bool = False, priority_alpha: float = 0.6, priority_beta: float = 0.4, seed: int = 0,
+                 prioritized: bool = False, priority_alpha: float = 0.6, priority_beta: float = 0.4,
+                 seed: int | None = None,
                  device: str | None = None, workers: int = 0, worker_timeout_s: PositiveFloat = 300.0) -> None:
         super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device, workers, worker_timeout_s)
         check(buffer_size >= num_envs, f"data.buffer_size={buffer_size} must be >= data.num_envs={num_envs}")

@@ -27,7 +27,7 @@ class OnPolicyDataModule(RLDataModule):
 
     def __init__(self, env: EnvConfig, num_envs: PositiveInt = 64, frames_per_batch: PositiveInt = 1920,
                  total_frames: PositiveInt = 1_000_000, ppo_epochs: PositiveInt = 4,
-                 mini_batch_size: PositiveInt = 480, seed: int = 0, device: str | None = None, workers: int = 0,
+                 mini_batch_size: PositiveInt = 480, seed: int | None = None, device: str | None = None, workers: int = 0,
                  worker_timeout_s: PositiveFloat = 300.0) -> None:
         super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device, workers, worker_timeout_s)
         check(ppo_epochs >= 1, f"data.ppo_epochs must be >= 1, got {ppo_epochs}")

@@ -187,3 +187,18 @@ def test_memmap_storage_without_scratch_dir_lives_in_the_run_folder(tmp_path):
              f"--trainer.callbacks.out_file={tmp_path / 'pids.json'}", "--trainer.callbacks.at_step=4",
              "--trainer.callbacks.raise_error=true")
     assert any((tmp_path / "fault" / "cartpole_dqn" / "version_0" / "replay" / "rank0").rglob("*.memmap"))
+
+
+def test_one_seed_seeds_the_run(tmp_path):
+    """``--seed_everything=S`` alone makes another run: the data module's env rows take S (recorded in the saved
+    config), the same S gives the same weights, another S other weights."""
+    import yaml
+
+    runs = [_run(tmp_path / name, "--data.init_args.total_frames=768", f"--seed_everything={seed}")
+            for name, seed in (("a", 3), ("b", 3), ("c", 4))]
+    assert [run.datamodule.seed for run in runs] == [3, 3, 4]
+    saved = yaml.safe_load((tmp_path / "a" / "cartpole_dqn" / "version_0" / "config.yaml").read_text())
+    assert saved["data"]["init_args"]["seed"] == 3
+    weights = [run.model.network.state_dict() for run in runs]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert not all(torch.equal(weights[0][k], weights[2][k]) for k in weights[0])
