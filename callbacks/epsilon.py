@@ -20,8 +20,11 @@ class EpsilonDecay(L.Callback):
     The episode count is in the checkpoint; the frame count is the module's. Logged as ``train/epsilon``.
 
     Args:
-        schedule: ``linear`` or ``exponential``. eps_init, eps_end: start and floor, in [0, 1].
-        decay_frames: frames of the linear decay. decay_rate: factor per episode of the exponential one.
+        schedule: ``linear`` or ``exponential``.
+        eps_init: the start, in [0, 1].
+        eps_end: the floor, in [0, eps_init].
+        decay_frames: frames of the linear decay.
+        decay_rate: factor per episode of the exponential one.
 
     Raises:
         ValueError: an unknown schedule or a value out of range (the message names it).

@@ -48,8 +48,11 @@ class MLPActorCritic(ActorCriticNetwork):
     Andrychowicz et al. 2021, "What matters in on-policy RL", sec. 3.2).
 
     Args:
-        num_actions: A. hidden_dims: hidden widths of each MLP. activation: ``tanh`` or ``relu``.
-        observation_key: the observation entry. orthogonal_init: as above (else PyTorch's default).
+        num_actions: A, the number of discrete actions.
+        hidden_dims: hidden widths of each MLP.
+        activation: ``tanh`` or ``relu``.
+        observation_key: the observation entry.
+        orthogonal_init: as above (else PyTorch's default).
     """
 
     def __init__(self, num_actions: int, hidden_dims: tuple[int, ...] = (64, 64), activation: str = "tanh",

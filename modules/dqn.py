@@ -29,7 +29,9 @@ class QNetwork(nn.Module):
     eq. 9). Input width is lazy (taken from the first observation); ``num_actions`` is A.
 
     Args:
-        num_actions: A. hidden_dims: widths of the shared hidden layers. dueling: the dueling head.
+        num_actions: A, the number of discrete actions.
+        hidden_dims: widths of the shared hidden layers.
+        dueling: the dueling head (Wang et al. 2016: value + advantage - mean advantage).
     """
 
     def __init__(self, num_actions: int, hidden_dims: tuple[int, ...] = (128, 128), dueling: bool = False) -> None:
@@ -60,7 +62,10 @@ class MultiAgentQNetwork(nn.Module):
       that one agent's experience is valid for another, e.g. ``envs.vacuum``).
 
     Args:
-        num_agents: R. num_actions: A. hidden_dims, dueling: as :class:`QNetwork`.
+        num_agents: R, the number of agents.
+        num_actions: A, each agent's number of discrete actions.
+        hidden_dims: widths of the hidden layers (as :class:`QNetwork`).
+        dueling: the dueling head (as :class:`QNetwork`).
         parameter_sharing: one shared network (true) or one per agent (false).
         agent_id_key: the batch key of the one-hot agent id (used by :meth:`training_batch`).
     """
@@ -120,11 +125,14 @@ class DQNModule(RLModule):
 
     Args:
         network: Q-network (``observation`` -> action values ``[*B, A]``), e.g. :class:`QNetwork`.
-        lr: Adam learning rate. gamma: discount per env step.
+        lr: Adam learning rate.
+        gamma: discount per env step.
         n_step: n of the n-step return (1 = one-step TD).
         double_dqn: double-DQN targets.
         target_update: ``hard`` (copy every ``target_update_interval`` optimiser steps) or ``soft``
             (Polyak averaging with ``tau`` every step).
+        target_update_interval: optimiser steps between hard target copies.
+        tau: soft target update rate per optimiser step.
         max_grad_norm: global gradient-norm clip.
         epsilon: initial exploration rate.
         in_keys: the entries the network reads, in the order of its ``forward`` arguments.

@@ -25,7 +25,10 @@ class DVRPActorCritic(ActorCriticNetwork):
     Input widths are inferred on the first call (lazy layers), so K, M, S come from the env.
 
     Args:
-        embed_dim: token width E. num_heads / num_layers: of the set encoder. hidden_dim: H.
+        embed_dim: token width E.
+        num_heads: attention heads of the set encoder.
+        num_layers: layers of the set encoder.
+        hidden_dim: H, the width of the context and of the policy and value MLPs.
     """
 
     in_keys = ["customers", "request", "vehicles", "depot"]

@@ -31,8 +31,10 @@ class FlexibilityModel(nn.Module):
     It implements the DVRP env's :class:`envs.dvrp.customers.CustomerModel` (``env.flexibility``).
 
     Args:
-        num_types: K. num_attributes: A (the DVRP env's customers have A = K attributes).
-        embedding_dim: D. hidden_dim: width of the MLP's hidden layer.
+        num_types: K, the number of customer types.
+        num_attributes: A (the DVRP env's customers have A = K attributes).
+        embedding_dim: D, the width of a type's embedding.
+        hidden_dim: width of the MLP's hidden layer.
         init_seed: seed of the initial weights.
 
     Raises:

@@ -41,10 +41,13 @@ class PPOModule(RLModule):
         network: the actor-critic network (encoder, policy head, value head).
         lr: Adam learning rate.
         lr_schedule: ``constant`` or ``linear`` decay to 0 over the data module's ``total_frames``.
-        gamma: discount per env step. gae_lambda: GAE's lambda.
-        clip_epsilon: PPO ratio clip. clip_schedule: ``constant`` or ``linear`` decay of ``clip_epsilon`` to 0
+        gamma: discount per env step.
+        gae_lambda: GAE's lambda (Schulman et al. 2016).
+        clip_epsilon: PPO ratio clip.
+        clip_schedule: ``constant`` or ``linear`` decay of ``clip_epsilon`` to 0
             over ``total_frames`` (set at each collected batch, as the learning rate: RL Zoo's ``lin_0.2``).
-        entropy_coeff: entropy bonus weight. critic_coeff: value loss weight.
+        entropy_coeff: entropy bonus weight.
+        critic_coeff: value loss weight.
         max_grad_norm: global gradient-norm clip.
         normalize_advantage: standardise advantages per minibatch.
         reward_scale: rewards are multiplied by this for GAE and the critic (returns stay unscaled

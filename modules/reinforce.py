@@ -48,7 +48,8 @@ class REINFORCEModule(RLModule):
 
     Args:
         policy: the routing network.
-        lr: Adam learning rate. max_grad_norm: global gradient-norm clip.
+        lr: Adam learning rate.
+        max_grad_norm: global gradient-norm clip.
         eval_interval_frames: frames between validation / baseline tests.
         baseline_alpha: significance level of the baseline replacement test.
         eval_batch_size: instances per greedy call during evaluation.

@@ -89,8 +89,11 @@ class RoutingPolicy(nn.Module):
     """Attention encoder-decoder producing VRPTW plans (see the module docstring).
 
     Args:
-        embed_dim: E. num_heads: heads of encoder and glimpse. num_layers: encoder depth.
-        ff_dim: encoder feed-forward width (default 2E). tanh_clipping: C of the pointer logits.
+        embed_dim: E, the token width.
+        num_heads: heads of encoder and glimpse.
+        num_layers: encoder depth.
+        ff_dim: encoder feed-forward width (default 2E).
+        tanh_clipping: C of the pointer logits.
         coord_scale: km per unit of the coordinate features.
         early_return: the construction rule (:mod:`envs.routing.construction`): may a route close while
             a customer could still be appended. False (maximal routes) suits a binding fleet.

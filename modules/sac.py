@@ -47,7 +47,8 @@ class SACNetworks(nn.Module):
     are lazy (taken from the first observation).
 
     Args:
-        actor_hidden_dims, critic_hidden_dims: hidden layer widths.
+        actor_hidden_dims: hidden layer widths of the actor.
+        critic_hidden_dims: hidden layer widths of each critic.
     """
 
     def __init__(self, actor_hidden_dims: tuple[int, ...] = (256, 256),
@@ -130,9 +131,14 @@ class SACModule(RLModule):
 
     Args:
         network: the actor and critic MLPs (:class:`SACNetworks`).
-        actor_lr, critic_lr, alpha_lr: Adam learning rates. gamma: discount per env step.
-        tau: soft target update rate per optimiser step. num_qvalue_nets: critics (twin: 2).
-        alpha_init: initial temperature. fixed_alpha: keep the temperature at ``alpha_init``.
+        actor_lr: Adam learning rate of the actor.
+        critic_lr: Adam learning rate of the critics.
+        alpha_lr: Adam learning rate of the temperature.
+        gamma: discount per env step.
+        tau: soft target update rate per optimiser step.
+        num_qvalue_nets: critics (twin: 2).
+        alpha_init: initial temperature.
+        fixed_alpha: keep the temperature at ``alpha_init``.
         max_grad_norm: global gradient-norm clip.
         observation_key: the observation the networks read.
 

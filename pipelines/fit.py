@@ -17,22 +17,26 @@ it).
 
 from __future__ import annotations
 
+import argparse
 import faulthandler
 import os
 import secrets
 import signal
 import sys
+import textwrap
 import threading
+import time
 import warnings
 from functools import partial
 from pathlib import PurePath
+from typing import Literal
 
 # One torch thread is the measured default on shared 2-core machines; with more, OpenMP threads must
 # not spin-wait while another process computes (matrix products slowed down up to 50x).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
-from jsonargparse import Namespace  # noqa: E402
+from jsonargparse import DefaultHelpFormatter, Namespace  # noqa: E402
 import yaml  # noqa: E402
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback  # noqa: E402
 from lightning.pytorch.loggers import TensorBoardLogger  # noqa: E402
@@ -40,7 +44,9 @@ from lightning.pytorch.trainer.states import TrainerStatus  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 
 from modules.base import RLModule  # noqa: E402
+from pipelines.catalogue import catalogue  # noqa: E402
 from pipelines.checkpoints import CONFIG_KEY, IDENTITY_KEYS, check_resume_checkpoint, weights_mismatch  # noqa: E402
+from pipelines.console import quiet_console, run_summary  # noqa: E402
 from pipelines.data import RLDataModule, StopRequested  # noqa: E402
 from pipelines.import_policy import HELP as IMPORT_HELP  # noqa: E402
 from pipelines.import_policy import restrict_class_paths  # noqa: E402
@@ -65,18 +71,21 @@ class FitCLI(LightningCLI):
     checkpoint_keys = IDENTITY_KEYS  # the config entries a --ckpt_path must have been trained with
 
     def __init__(self, *args, **kwargs) -> None:
+        quiet_console()
         try:
             restrict_class_paths()
         except ValueError as err:
             config_exit(err)
-        kwargs["parser_kwargs"] = {"epilog": IMPORT_HELP, **(kwargs.get("parser_kwargs") or {})}
+        kwargs["parser_kwargs"] = {"prog": "python -m pipelines.fit", "formatter_class": _HelpFormatter,
+                                   "epilog": f"What a config can name:\n{catalogue()}\n\n{textwrap.fill(IMPORT_HELP, 100)}",
+                                   **(kwargs.get("parser_kwargs") or {})}
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="resume from this checkpoint")
         parser.add_argument("--num_threads", type=int, default=1, help="torch intra-op threads (per process)")
-        parser.add_argument("--float32_matmul_precision", type=str, default="highest",
-                            choices=["highest", "high", "medium"], help="torch.set_float32_matmul_precision")
+        parser.add_argument("--float32_matmul_precision", type=Literal["highest", "high", "medium"], default="highest",
+                            help="torch.set_float32_matmul_precision")
 
     def before_instantiate_classes(self) -> None:
         torch.set_num_threads(self.config.num_threads)
@@ -111,6 +120,10 @@ class FitCLI(LightningCLI):
             if rejected is None:
                 raise
             config_exit(rejected)
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter):
+    """jsonargparse's help, with the epilog's lines kept (the catalogue is one entry per line)."""
 
 
 class OutputExists(ValueError):
@@ -271,6 +284,7 @@ def main(args: list[str] | None = None) -> FitCLI:
     Raises:
         SystemExit: 130 after SIGINT, 143 after SIGTERM (the run stopped early; see the module docstring).
     """
+    started = time.monotonic()
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                  save_config_callback=RecordConfig, save_config_kwargs={"overwrite": True}, args=args,  # RecordConfig checks
                  auto_configure_optimizers=False)
@@ -302,6 +316,8 @@ def main(args: list[str] | None = None) -> FitCLI:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         cli.datamodule.shutdown_collector()  # no worker may outlive the run, whatever ended it
+    if cli.trainer.is_global_zero:
+        print(run_summary(cli.trainer, cli.model, started), flush=True)
     return cli
 
 

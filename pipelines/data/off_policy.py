@@ -49,7 +49,8 @@ class OffPolicyDataModule(RLDataModule):
         prioritized: proportional prioritised replay (:class:`pipelines.data.replay.PrioritizedSampler`): after
             each training step the sampled items get the priority the module wrote under ``td_error``
             (the |TD error|); the loss weights items by ``priority_weight``.
-        priority_alpha, priority_beta: the priority and importance-weight exponents (Schaul et al. 2016).
+        priority_alpha: the priority exponent (Schaul et al. 2016; 0 is uniform sampling).
+        priority_beta: the importance-weight exponent (Schaul et al. 2016; 1 corrects the bias fully).
         (the rest as :class:`RLDataModule`)
 
     Raises:

@@ -163,3 +163,18 @@ def test_the_data_device_follows_the_trainer(tmp_path):
                 "--data.init_args.total_frames=512", "--data.init_args.init_random_frames=256"])
     assert cli.config.data.init_args.device is None
     assert cli.datamodule.device == str(cli.trainer.strategy.root_device) == "cpu"
+
+
+def test_a_run_ends_with_its_summary_and_no_library_noise(smoke_run):
+    """The smoke fit's console: none of the known harmless library messages, TorchRL lines through the
+    progress bar, and one summary at the end naming the run folder, frames, the evaluation and checkpoints."""
+    from pipelines.console import QUIET_INFO
+
+    out, err = smoke_run["stdout"], smoke_run["stderr"]
+    for noise in ("IterableDataset", "LeafSpec", "smaller than the logging interval", *(p for p, _ in QUIET_INFO)):
+        assert noise not in out and noise not in err, noise
+    summary = out[out.index("run folder: "):]
+    assert f"run folder: {smoke_run['dir']}\n" in summary
+    assert "frames: 1,920 in " in summary
+    assert "evaluation eval/episode_return: final " in summary
+    assert f"checkpoints: {smoke_run['dir'] / 'checkpoints' / 'last.ckpt'}" in summary

@@ -1,0 +1,49 @@
+"""The help a user discovers the project with: the catalogue of what a config can name, and a help line for
+every constructor argument."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from jsonargparse import ArgumentParser
+
+from modules.actor_critic import ActorCriticNetwork
+from modules.dqn import MultiAgentQNetwork, QNetwork
+from modules.flexibility import FlexibilityModel
+from modules.routing import RoutingPolicy
+from modules.sac import SACNetworks
+from pipelines.catalogue import class_path, sections, subclasses
+from tests.pipelines.conftest import run_module
+
+NETWORKS = [QNetwork, MultiAgentQNetwork, *subclasses(ActorCriticNetwork), SACNetworks, RoutingPolicy,
+            FlexibilityModel]
+CLASSES = [c for classes in sections().values() for c in classes] + NETWORKS
+
+
+def test_fit_help_lists_what_a_config_can_name():
+    proc = run_module("pipelines.fit", "--help", timeout=120)
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("usage: python -m pipelines.fit ")
+    catalogue = proc.stdout[proc.stdout.index("What a config can name:"):]
+    for name in ("modules.dqn.DQNModule: DQN", "modules.ppo.PPOModule: ", "modules.sac.SACModule: SAC",
+                 "pipelines.data.OffPolicyDataModule: ", "envs.gym.GymConfig: ", "envs.hockey.HockeyConfig: ",
+                 "callbacks.PolicyEvaluation: ", "configs/dvrp.yaml: The headline run"):
+        assert f"\n  {name}" in catalogue, name
+    algorithms = run_module("pipelines.fit", "--model.help", "PPOModule", timeout=120)  # a short name
+    assert algorithms.returncode == 0, algorithms.stderr[-2000:]
+    assert "--model.clip_epsilon" in algorithms.stdout and "PPO ratio clip" in algorithms.stdout
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=class_path)
+def test_every_constructor_argument_has_a_help_line(cls):
+    parser = ArgumentParser()
+    parser.add_class_arguments(cls, "x", fail_untyped=False)
+    helped = {a.dest[2:] for a in parser._actions if a.dest.startswith("x.") and a.help}
+    init = next(c.__init__ for c in cls.__mro__ if any(  # the first constructor with named arguments
+        p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for n, p in inspect.signature(c.__init__).parameters.items()
+        if n != "self"))
+    arguments = [n for n, p in inspect.signature(init).parameters.items()
+                 if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    assert arguments, "a class without constructor arguments has nothing to check"
+    assert [n for n in arguments if n not in helped] == []
