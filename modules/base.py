@@ -17,11 +17,12 @@ import torch
 from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from tensordict import NestedKey, TensorDict
 from tensordict.nn import TensorDictModuleBase
-from torch import Tensor
+from torch import Tensor, nn
 from torchrl.envs import Transform
 
 from envs import EnvSpecs
 from envs.episodes import episode_results
+from modules.policy import exportable
 
 _DONE_KEYS = ("done", "terminated", "truncated")
 
@@ -164,6 +165,15 @@ class RLModule(L.LightningModule):
     @abstractmethod
     def collector_policy(self) -> TensorDictModuleBase:
         """The TensorDict module the collector runs (exploration on)."""
+
+    def export_policy(self) -> tuple[nn.Module, list[NestedKey]]:
+        """The evaluation policy as a plain module ``(*inputs) -> action`` and its input keys
+        (:func:`modules.policy.exportable` of :attr:`collector_policy`), for ``pipelines.export``.
+
+        Raises:
+            NotImplementedError: a module without a step-wise policy (REINFORCE's whole plans).
+        """
+        return exportable(self.collector_policy)
 
     def prepare(self, specs: EnvSpecs) -> None:
         """Shape the networks on the env's specs (action spec, lazy layers on an example observation), before

@@ -43,3 +43,30 @@ class TensorPolicy(TensorDictModuleBase):
         for key, value in zip(self.out_keys, out):
             tensordict.set(key, value)
         return tensordict
+
+
+class ActionOf(nn.Module):
+    """The action output of a policy module that returns several tensors (``index`` in its outputs), as a plain
+    module ``inputs -> action``: what an exported policy computes."""
+
+    def __init__(self, module: nn.Module, index: int) -> None:
+        super().__init__()
+        self.module = module
+        self.index = index
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        out = self.module(*inputs)
+        return out if isinstance(out, Tensor) else out[self.index]
+
+
+def exportable(policy: TensorDictModuleBase) -> tuple[nn.Module, list[NestedKey]]:
+    """A collector's :class:`TensorPolicy` as a plain module ``(*inputs) -> action`` and its input keys, in
+    order. Traced under ``ExplorationType.DETERMINISTIC`` it is the evaluation policy (greedy, the mode, the
+    squashed mean).
+
+    Raises:
+        NotImplementedError: a policy of another kind (no plain module under it).
+    """
+    if not isinstance(policy, TensorPolicy) or "action" not in policy.out_keys:
+        raise NotImplementedError(f"{type(policy).__name__} is no TensorPolicy writing 'action': nothing to export")
+    return ActionOf(policy.module, policy.out_keys.index("action")), list(policy.in_keys)

@@ -90,7 +90,8 @@ class SACActorPolicy(nn.Module):
 
     Under ``ExplorationType.RANDOM`` (the collector's) the action is a sample (``rsample`` for the tanh-normal);
     otherwise (evaluation, and outside any setting, ``ProbabilisticActor``'s default) it is deterministic: the
-    tanh-normal's ``deterministic_sample`` (the squashed mean) or the most likely action.
+    tanh-normal's ``deterministic_sample`` (the squashed mean, computed here in plain tensor ops, so that
+    ``pipelines.export`` can trace it) or the most likely action.
 
     Called as ``policy(observation)`` ``[*B, F]``; returns the action ``[*B, A]`` (continuous) or ``[*B]`` (int64).
 
@@ -113,8 +114,10 @@ class SACActorPolicy(nn.Module):
             dist = TorchCategorical(logits=self.actor(observation))
             return dist.sample() if sample else dist.mode
         loc, scale = self.actor(observation)
-        dist = TanhNormal(loc, scale, low=self.low, high=self.high)
-        return dist.rsample() if sample else dist.deterministic_sample
+        if not sample:  # TanhNormal's deterministic_sample written out (its safe tanh cannot be traced for export)
+            limit = 1.0 - torch.finfo(loc.dtype).resolution
+            return (self.high + self.low) / 2 + (self.high - self.low) / 2 * loc.tanh().clamp(-limit, limit)
+        return TanhNormal(loc, scale, low=self.low, high=self.high).rsample()
 
 
 class SACModule(RLModule):

@@ -69,7 +69,8 @@ def quiet_console() -> None:
 def run_summary(trainer, model, started: float) -> str:
     """The lines a finished run ends with: its folder, frames and wall time, the final and best evaluation (when
     an evaluation callback ran), and the checkpoints written."""
-    folder = trainer.log_dir if trainer.loggers else trainer.default_root_dir
+    logger = trainer.logger  # its own log_dir: Trainer.log_dir is a collective under DDP, and only rank 0 prints
+    folder = getattr(logger, "log_dir", None) or trainer.default_root_dir
     seconds = time.monotonic() - started
     frames = int(model.collected_frames)
     lines = [f"run folder: {os.path.abspath(folder)}",

@@ -89,7 +89,7 @@ def test_no_best_checkpoint_with_nonfinite_weights(tmp_path, monkeypatch):
     saved = []
     trainer = types.SimpleNamespace(strategy=types.SimpleNamespace(broadcast=lambda value, src: value),
                                     checkpoint_callback=types.SimpleNamespace(dirpath=str(tmp_path)),
-                                    save_checkpoint=saved.append)
+                                    save_checkpoint=lambda path, weights_only=None: saved.append(path))
     callback = PolicyEvaluation(save_best=True)
     monkeypatch.setattr(callback, "evaluate", lambda trainer, pl_module: {"eval/episode_return": 10.0})
     module.collected_frames = 100
