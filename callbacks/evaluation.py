@@ -12,6 +12,7 @@ import torch
 
 from envs import unwrap
 from envs.episodes import play_episodes
+from envs.video import can_render, gif_bytes
 from modules.base import nonfinite_weights
 from modules.schedule import FrameSchedule
 
@@ -24,8 +25,11 @@ class PolicyEvaluation(L.Callback):
     the deterministic policy (:func:`envs.episodes.play_episodes`) and log ``eval/episode_return`` and the
     env's ``report`` entries (``eval/<name>``). Envs that can draw their plan (``render_routes``) log row 0's
     as the image ``eval/routes``; envs that can draw a game (``render_game``, the hockey env) log a frame
-    strip of row 0's first game as ``eval[/<name>]/game``. Runs on global rank 0 only; its schedule is in
-    the checkpoint.
+    strip of row 0's first game as ``eval[/<name>]/game``; with ``video_frames``, envs that draw themselves
+    (``render_frame``: hockey, vacuum, DVRP, gymnasium envs with ``render_mode: rgb_array``) log row 0's first
+    frames as a clip, ``eval[/<name>]/video`` (an animated GIF in TensorBoard's Images tab). Runs on global rank 0
+    only; its schedule is in the checkpoint. The end of training evaluates once more unless the schedule just did
+    at the same frame count.
 
     With ``save_best``, an evaluation whose ``best_metric`` beats every earlier one saves the run at that
     moment as ``best.ckpt`` beside the other checkpoints (the ``ModelCheckpoint``'s folder, else
@@ -46,6 +50,8 @@ class PolicyEvaluation(L.Callback):
         save_best: keep the best evaluated checkpoint as ``best.ckpt``.
         settings: named runtime settings of separate evaluation envs, or null for one plain env.
         best_metric: the metric ``save_best`` maximises, e.g. ``eval/weak/win``.
+        video_frames: frames of row 0's first episode logged as a clip at every evaluation (0: none).
+        video_fps: frames per second of the clip.
 
     Raises:
         ValueError: a non-positive interval or number of envs.
@@ -53,9 +59,10 @@ class PolicyEvaluation(L.Callback):
 
     def __init__(self, every_n_frames: int = 200_000, num_envs: int = 64, seed: int = 1_000_000,
                  max_steps: int = 10_000, save_best: bool = False, settings: dict[str, dict] | None = None,
-                 best_metric: str = "eval/episode_return") -> None:
-        if every_n_frames < 1 or num_envs < 1:
-            raise ValueError(f"every_n_frames and num_envs must be >= 1, got {every_n_frames}, {num_envs}")
+                 best_metric: str = "eval/episode_return", video_frames: int = 0, video_fps: float = 10.0) -> None:
+        if every_n_frames < 1 or num_envs < 1 or video_frames < 0 or video_fps <= 0:
+            raise ValueError(f"PolicyEvaluation: every_n_frames and num_envs must be >= 1, video_frames >= 0 and "
+                             f"video_fps > 0, got {every_n_frames}, {num_envs}, {video_frames}, {video_fps}")
         self.schedule = FrameSchedule(every_n_frames)
         self.num_envs = num_envs
         self.seed = seed
@@ -64,7 +71,11 @@ class PolicyEvaluation(L.Callback):
         self.settings = dict(settings) if settings else None
         self.best_metric = best_metric
         self.best = -math.inf
+        self.video_frames = video_frames
+        self.video_fps = video_fps
         self._envs: dict[str | None, object] = {}
+        self._warned = False
+        self._evaluated_at: int | None = None  # frames of the last evaluation (the end does not repeat it)
 
     def state_dict(self) -> dict:
         return {**self.schedule.state_dict(), "best": self.best}
@@ -88,9 +99,11 @@ class PolicyEvaluation(L.Callback):
             self._evaluate_and_keep_best(trainer, pl_module)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._evaluate_and_keep_best(trainer, pl_module)
+        if self._evaluated_at != pl_module.collected_frames:  # not when the schedule just evaluated these frames
+            self._evaluate_and_keep_best(trainer, pl_module)
 
     def _evaluate_and_keep_best(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._evaluated_at = pl_module.collected_frames
         metrics = self.evaluate(trainer, pl_module)
         if not self.save_best:
             return
@@ -129,8 +142,12 @@ class PolicyEvaluation(L.Callback):
         """The first episode of every row of ``env`` (seeded ``seed`` again): mean results (keys without the
         ``eval/`` prefix); row 0's plan image or game frame strip is logged at the end of its episode."""
         env.set_seed(self.seed)
-        base, images, frames = unwrap(env), {}, []
-        drawn = False
+        base, images, frames, clip = unwrap(env), {}, [], []
+        drawn, filming = False, self.video_frames > 0 and can_render(env)
+        if self.video_frames > 0 and not filming and not self._warned:
+            log.warning("PolicyEvaluation.video_frames: %s cannot draw itself (a gymnasium env needs env.render_mode: "
+                        "rgb_array); no clip is logged", type(base).__name__)
+            self._warned = True
 
         def draw_row0(step, finished) -> None:  # row 0's first episode, drawn when it ends (before its reset)
             nonlocal drawn
@@ -138,6 +155,8 @@ class PolicyEvaluation(L.Callback):
                 return
             if hasattr(base, "render_game"):
                 frames.append(step["observation"][0])
+            if filming and len(clip) < self.video_frames:
+                clip.append(base.render_frame(0))
             if bool(finished[0]):
                 drawn = True
                 if hasattr(base, "render_routes"):
@@ -147,9 +166,22 @@ class PolicyEvaluation(L.Callback):
 
         results = play_episodes(env, pl_module.collector_policy, 1, self.max_steps, on_step=draw_row0)
         metrics = {key: value.mean().item() for key, value in results.items()}
-        for tag, image in images.items():
-            for logger in pl_module.loggers:
-                if hasattr(logger.experiment, "add_image"):
-                    logger.experiment.add_image(tag, np.ascontiguousarray(image), pl_module.collected_frames,
-                                                dataformats="HWC")
+        for logger in pl_module.loggers:
+            if not hasattr(logger.experiment, "add_image"):
+                continue
+            for tag, image in images.items():
+                logger.experiment.add_image(tag, np.ascontiguousarray(image), pl_module.collected_frames,
+                                            dataformats="HWC")
+            if clip:
+                log_clip(logger.experiment, prefix + "video", clip, pl_module.collected_frames, self.video_fps)
         return metrics
+
+
+def log_clip(writer, tag: str, frames: list[np.ndarray], step: int, fps: float) -> None:
+    """Log ``frames`` ``[H, W, 3]`` uint8 to a TensorBoard ``SummaryWriter`` as an animated GIF image (what the
+    writer's ``add_video`` makes, encoded by imageio instead of moviepy); TensorBoard's Images tab plays it."""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    height, width = frames[0].shape[:2]
+    image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif_bytes(frames, fps))
+    writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)

@@ -104,23 +104,33 @@ class GymConfig(EnvConfig):
             (TorchRL's ``SerialEnv`` of single ``GymEnv``) or ``parallel`` (``ParallelEnv``, one worker process
             per env). Each backend seeds its rows its own way: a run is reproducible for a given backend, not
             across them.
+        render_mode: ``rgb_array`` builds the vector backend's envs able to draw themselves (the env's
+            ``render_frame``: ``pipelines.evaluate --video``, ``PolicyEvaluation(video_frames=...)``); null (the
+            default) builds them without (nothing is drawn or imported for it; classic-control drawing needs
+            pygame).
 
     Raises:
-        ValueError: an unknown backend; gymnasium's error for an unknown ``env_id`` (the env is built
+        ValueError: an unknown backend, or ``render_mode`` with another backend than ``vector``; gymnasium's
+            error for an unknown ``env_id`` (the env is built
             once here, before any training).
     """
 
     def __init__(self, env_id: str = "CartPole-v1",
-                 backend: Literal["vector", "serial", "parallel"] = "vector") -> None:
+                 backend: Literal["vector", "serial", "parallel"] = "vector",
+                 render_mode: Literal["rgb_array"] | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"env.backend={backend!r} is not allowed: one of {', '.join(BACKENDS)}")
+        if render_mode not in (None, "rgb_array") or (render_mode is not None and backend != "vector"):
+            raise ValueError(f"env.render_mode={render_mode!r} is not allowed: null, or rgb_array with backend: "
+                             f"vector (got backend {backend!r})")
         self.env_id = env_id
         self.backend = backend
+        self.render_mode = render_mode
         GymEnv(env_id).close()  # fail early on an unknown id
 
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
         if self.backend == "vector":
-            env = GymVectorEnv(self.env_id, num_envs, device)
+            env = GymVectorEnv(self.env_id, num_envs, device, self.render_mode)
         else:
             make_one = partial(GymEnv, self.env_id, categorical_action_encoding=True, device=device)
             env = (SerialEnv if self.backend == "serial" else ParallelEnv)(num_envs, make_one)
@@ -152,6 +162,7 @@ class GymVectorEnv(EnvBase):
 
     Args:
         env_id: the gymnasium id. num_envs: B >= 1.
+        render_mode: gymnasium's, for every env (``rgb_array``: :meth:`render_frame` works).
         device: where the TensorDicts live (the env steps on CPU). On CPU they carry no device (TorchRL and
             tensordict skip their device checks then: 17% less time per collected CartPole step).
 
@@ -159,7 +170,8 @@ class GymVectorEnv(EnvBase):
         ValueError: an action space other than ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or ``Box``.
     """
 
-    def __init__(self, env_id: str, num_envs: int, device: torch.device | str = "cpu") -> None:
+    def __init__(self, env_id: str, num_envs: int, device: torch.device | str = "cpu",
+                 render_mode: str | None = None) -> None:
         super().__init__(device=None if device is None or torch.device(device).type == "cpu" else device,
                          batch_size=torch.Size([num_envs]))
         one = GymEnv(env_id, categorical_action_encoding=True)
@@ -182,8 +194,9 @@ class GymVectorEnv(EnvBase):
         observation["episode_reward"] = Unbounded(shape=(num_envs, 1), dtype=self._reward_dtype, device=self.device)
         self.observation_spec = observation
         self.env_id = env_id
-        self.vector = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync",
+        self.vector = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync", render_mode=render_mode,
                                    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+        self.render_mode = render_mode
         self._seed: int | None = None
         self._seeded_with: int | None = None  # the last seed given (what a resume state must match)
         self._restored = False  # a resume state was loaded: the next full reset hands out its step
@@ -308,6 +321,17 @@ class GymVectorEnv(EnvBase):
         self._return = state["return"].to(self.device)
         self._restored, self._seed = True, None
         return True
+
+    def render_frame(self, row: int = 0) -> np.ndarray:
+        """Row ``row``'s env drawn by gymnasium now, ``[H, W, 3]`` uint8 (a video's frame). After the step that
+        ends an episode it shows the next episode's start (the vector env resets within that step).
+
+        Raises:
+            ValueError: the env was built without ``render_mode: rgb_array``.
+        """
+        if self.render_mode != "rgb_array":
+            raise ValueError(f"{self.env_id} was built without render_mode: rgb_array (env.render_mode)")
+        return np.asarray(self.vector.envs[row].render(), dtype=np.uint8)
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         self.vector.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from tensordict import TensorDict
 from torch import Tensor
@@ -18,6 +19,7 @@ from torchrl.data import Binary, Categorical, Composite, Unbounded
 from envs import rng
 from envs.config import EnvConfig, require
 from envs.seeding import RowSeededEnv
+from envs.vacuum_render import draw_grid
 
 NUM_ACTIONS = 5
 STAY, UP, DOWN, LEFT, RIGHT = range(NUM_ACTIONS)
@@ -298,6 +300,12 @@ class VacuumEnv(RowSeededEnv):
         return weight.reshape(inputs, -1).to(dtype=torch.float32, device=self.device)
 
     # ------------------------------------------------------------------ state (tests, diagnostics)
+    def render_frame(self, row: int = 0) -> np.ndarray:
+        """Row ``row``'s grid now, ``[H, W, 3]`` uint8 (:func:`envs.vacuum_render.draw_grid`; a video's frame)."""
+        return draw_grid(self.config.grid_size, self.dirt[row].cpu().numpy(), self._is_charger.cpu().numpy(),
+                         self.position[row].cpu().numpy(), self.energy[row].cpu().numpy(),
+                         self._max_energy.cpu().numpy())
+
     def force_state(self, position: Tensor, energy: Tensor, dirt: Tensor, t: Tensor | int = 0,
                     collisions: Tensor | float = 0.0) -> TensorDict:
         """Test and diagnostic hook: overwrite the state of every row and return its observation (the

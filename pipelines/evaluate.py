@@ -2,7 +2,7 @@
 
     python -m pipelines.evaluate --ckpt_path CKPT [--config configs/<run>.yaml] [--episodes 256] [--seed S]
         [--policies NAME ...] [--settings JSON] [--routes_out FILE] [--pyvrp_episodes K]
-        [--instances GLOB] [--compare_ckpt CKPT2 [--compare_config CFG ...]] [dotted overrides]
+        [--instances GLOB] [--video FILE.mp4|.gif] [--compare_ckpt CKPT2 [--compare_config CFG ...]] [dotted overrides]
 
 The run's config is the ``config.yaml`` of the checkpoint's run folder (else the one the checkpoint records) unless
 ``--config`` gives it. Every policy plays the same episodes (the env is rebuilt with the same seed for each): the trained one
@@ -17,13 +17,15 @@ The last stdout line is one JSON object: ``{policy: row}``, or ``{policy: {setti
 Envs that export their episodes' plans (DVRP) also take ``--routes_out`` (the trained policy's plans as JSON
 that other tools can check without this code) and ``--pyvrp_episodes K`` (each policy's final plans of K
 episodes re-solved by the env's reference solver, PyVRP; the online plan's mean gap is a column).
-``--instances GLOB`` is short for ``--data.init_args.env.init_args.instances=GLOB`` with the files' own
+``--video FILE.mp4|.gif`` also writes one episode of the trained policy as a video (envs that draw themselves:
+hockey, vacuum, gymnasium envs, DVRP's plan growing over an episode). ``--instances GLOB`` is short for ``--data.init_args.env.init_args.instances=GLOB`` with the files' own
 capacity. A run's learned env model (the flexibility model) is restored with its weights.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import json
 import math
@@ -36,6 +38,7 @@ import torch
 
 from envs import EnvConfig, make_env, unwrap
 from envs.episodes import play_episodes
+from envs.video import FORMATS, record_episode, write_video
 from modules.base import RLModule
 from pipelines.data import RLDataModule
 from pipelines.checkpoints import MODEL_KEYS, run_configs, weights_mismatch
@@ -118,12 +121,8 @@ def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int,
     Raises:
         ValueError: ``settings`` the env rejects, or ``keep_plans`` for an env that exports no plans.
     """
-    env = make_env(config, num_envs, seed)
+    env = _env(config, num_envs, seed, settings)
     base = unwrap(env)
-    if settings:
-        if not hasattr(base, "configure"):
-            raise ValueError(f"evaluation settings {settings} need an env with configure(), got {type(base).__name__}")
-        base.configure(**settings)
     if keep_plans and not hasattr(base, "export_episodes"):
         raise ValueError(f"--routes_out / --pyvrp_episodes need an env that exports its plans, got {type(base).__name__}")
     plans: list[tuple[int, dict]] = []
@@ -139,6 +138,44 @@ def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int,
     out = {key: value[:episodes].double() for key, value in result.items()}
     out["plans"] = [plan for _, plan in sorted(plans, key=lambda p: p[0])][:episodes]
     return out
+
+
+def _env(config: EnvConfig, num_envs: int, seed: int, settings: dict | None):
+    """``config``'s env with runtime ``settings`` applied (``configure``).
+
+    Raises:
+        ValueError: ``settings`` for an env without ``configure``, or ones it rejects.
+    """
+    env = make_env(config, num_envs, seed)
+    if settings:
+        base = unwrap(env)
+        if not hasattr(base, "configure"):
+            raise ValueError(f"evaluation settings {settings} need an env with configure(), got {type(base).__name__}")
+        base.configure(**settings)
+    return env
+
+
+def record_video(config: EnvConfig, make_policy: Callable, path: str, seed: int, settings: dict | None,
+                 fps: float) -> int:
+    """One episode of ``config``'s env (row 0, seeded ``seed``, with ``settings``) played by ``make_policy(env)``,
+    written to ``path`` (:func:`envs.video.write_video`); a gymnasium env is built with ``render_mode: rgb_array``.
+
+    Returns:
+        The frames written (one per step of the episode).
+
+    Raises:
+        ValueError: an env that cannot draw itself, or a file name that is not ``.mp4`` / ``.gif``.
+    """
+    if getattr(config, "render_mode", "") is None:
+        config = copy.copy(config)
+        config.render_mode = "rgb_array"
+    env = _env(config, 1, seed, settings)
+    try:
+        frames = record_episode(env, make_policy(env))
+    finally:
+        env.close()
+    write_video(path, frames, fps)
+    return len(frames)
 
 
 def summary(result: dict, outcome_keys: tuple[str, ...]) -> dict[str, float]:
@@ -195,7 +232,10 @@ def main(argv: list[str] | None = None) -> dict:
                         "(episodes draw N customers of a random file; capacity from the files)")
     parser.add_argument("--compare_config", action="append", default=None, help="config(s) of the second run (default: its own, as --config)")
     parser.add_argument("--compare_ckpt", default=None, help="checkpoint of a second run, played on the same episodes")
-    parser.add_argument("--num_threads", type=int, default=1)
+    parser.add_argument("--video", default=None, help="write one episode of the trained policy (row 0 of the evaluation "
+                        "seed; the first setting) to this .mp4 or .gif file")
+    parser.add_argument("--video_fps", type=float, default=25.0, help="frames per second of --video")
+    parser.add_argument("--num_threads", type=int, default=1, help="torch intra-op threads")
     args, overrides = parser.parse_known_args(argv)
     for token in overrides:  # the rest are the fit config's dotted keys; anything else is a typo of ours
         name = token.split("=")[0]
@@ -205,6 +245,8 @@ def main(argv: list[str] | None = None) -> dict:
                          + f" (the run's config keys go as {', '.join(p.rstrip('.') + '.<key>=...' for p in OVERRIDE_PREFIXES[:3])})")
     if args.episodes < 1 or args.num_envs < 1:
         parser.error(f"--episodes and --num_envs must be >= 1 (got {args.episodes}, {args.num_envs})")
+    if args.video is not None and os.path.splitext(args.video)[1].lower() not in FORMATS:
+        parser.error(f"--video {args.video!r}: a {' or '.join(FORMATS)} file")
     if args.compare_config is not None and args.compare_ckpt is None:
         parser.error("--compare_config needs --compare_ckpt (the second run's checkpoint)")
     torch.set_num_threads(args.num_threads)
@@ -253,6 +295,10 @@ def main(argv: list[str] | None = None) -> dict:
             with open(args.routes_out, "w") as f:
                 json.dump({"policy": name, "episodes": results[name]["plans"]}, f)
             print(f"routes of {len(results[name]['plans'])} episodes written to {args.routes_out}")
+    if args.video is not None:
+        values = next(iter(settings.values())) if settings else None
+        count = record_video(config, policies[name][1], args.video, args.seed, values, args.video_fps)
+        print(f"video of one episode ({count} frames) written to {args.video}")
     print(json.dumps(table))
     sys.stdout.flush()
     return table

@@ -384,6 +384,10 @@ class DVRPEnv(RowSeededEnv):
             })
         return out
 
+    def render_frame(self, row: int = 0) -> np.ndarray:
+        """Row ``row``'s plan now (:meth:`render_routes`): a video's frame, the plan growing over an episode."""
+        return self.render_routes(row)
+
     def render_routes(self, row: int = 0) -> np.ndarray:
         """RGB image ``[H, W, 3]`` uint8 of row ``row``'s current plan (see :func:`plot_routes`)."""
         return plot_routes(self.export_episodes([row])[0])

@@ -57,6 +57,7 @@ from envs.hockey.constants import (
 from envs.hockey.contact import impulse, sweep_near
 from envs.hockey.opponents import scripted_rows
 from envs.hockey.rackets import move_rackets
+from envs.hockey.render import draw_frame
 from envs.hockey.render import render_game as draw_game
 from envs.seeding import RowSeededEnv
 
@@ -273,6 +274,11 @@ class HockeyEnv(RowSeededEnv):
         """A frame strip of one game from its ``observation`` ``[T, 18]`` (:func:`envs.hockey.render.render_game`;
         ``callbacks.PolicyEvaluation`` logs it as a TensorBoard image)."""
         return draw_game(observation, frames)
+
+    def render_frame(self, row: int = 0, pixels_per_metre: float = 40.0) -> np.ndarray:
+        """Row ``row``'s table now, ``[H, W, 3]`` uint8 (:func:`envs.hockey.render.draw_frame`; a video's frame)."""
+        rows = torch.cat([self.players[:, 0], self.players[:, 1], self.puck, self.hold])  # [18, B]
+        return draw_frame(rows[:, row], pixels_per_metre).numpy()
 
     def configure(self, mode: Mode | None = None, opponent: str | None = None, **shaping: float) -> None:
         """Runtime settings of every row (the protocol ``callbacks.CurriculumPhases`` and

@@ -1,4 +1,4 @@
-"""A frame strip of one hockey game, drawn from the agent's observations (for TensorBoard images)."""
+"""Pictures of hockey games drawn from the agent's observations: one frame (videos), a frame strip (TensorBoard)."""
 
 from __future__ import annotations
 
@@ -38,23 +38,43 @@ def render_game(observation: Tensor, frames: int = 8, pixels_per_metre: float = 
         raise ValueError(f"render_game needs observation [T >= 1, 18] and frames >= 1, got "
                          f"{tuple(observation.shape)} and {frames}")
     steps = torch.linspace(0, observation.shape[0] - 1, min(frames, observation.shape[0])).round().long()
+    snapshots = []
+    for t in steps.tolist():
+        image = draw_frame(observation[t], pixels_per_metre)
+        snapshots += [image, torch.tensor(_GAP, dtype=torch.uint8).expand(image.shape[0], 2, 3)]
+    return np.ascontiguousarray(torch.cat(snapshots[:-1], dim=1).numpy())
+
+
+def draw_frame(observation: Tensor, pixels_per_metre: float = 16.0) -> Tensor:
+    """One snapshot of the table from one observation ``[18]`` (layout as :func:`render_game`).
+
+    Returns:
+        ``[H, W, 3]`` uint8 RGB (16 pixels per metre: 107 x 125; 40: 267 x 312).
+    """
     width, height = round(2 * TABLE_HALF_LENGTH * pixels_per_metre), round(2 * TABLE_HALF_WIDTH * pixels_per_metre)
     x = (torch.arange(width) + 0.5) / pixels_per_metre - TABLE_HALF_LENGTH  # pixel centres, metres
     y = TABLE_HALF_WIDTH - (torch.arange(height) + 0.5) / pixels_per_metre  # row 0 at the top (+y)
     gx, gy = x.expand(height, width), y[:, None].expand(height, width)
     goal = (gy.abs() < GOAL_HALF_WIDTH) & (gx.abs() > TABLE_HALF_LENGTH - 2.0 / pixels_per_metre)
-    snapshots = []
-    for t in steps.tolist():
-        obs = observation[t].float().cpu()
-        image = torch.tensor(_TABLE, dtype=torch.uint8).expand(height, width, 3).clone()
-        image[goal] = torch.tensor(_GOAL, dtype=torch.uint8)
-        for (px, py, angle), facing, colour in ((obs[0:3], 1.0, _AGENT), (obs[6:9], -1.0, _OPPONENT)):
-            dx, dy = gx - px, gy - py  # the racket polygon in its own frame (x along its facing direction)
-            cos, sin = torch.cos(angle), torch.sin(angle)
-            local_x, local_y = (dx * cos + dy * sin) * facing, dy * cos - dx * sin
-            image[distance_to_racket(local_x, local_y) <= 0] = torch.tensor(colour, dtype=torch.uint8)
-        puck = (gx - obs[12]) ** 2 + (gy - obs[13]) ** 2 <= PUCK_RADIUS ** 2
-        image[puck] = torch.tensor(_PUCK, dtype=torch.uint8)
-        snapshots.append(image)
-        snapshots.append(torch.tensor(_GAP, dtype=torch.uint8).expand(height, 2, 3))
-    return np.ascontiguousarray(torch.cat(snapshots[:-1], dim=1).numpy())
+    obs = observation.float().cpu()
+    image = torch.tensor(_TABLE, dtype=torch.uint8).expand(height, width, 3).clone()
+    image[goal] = torch.tensor(_GOAL, dtype=torch.uint8)
+    for (px, py, angle), facing, colour in ((obs[0:3], 1.0, _AGENT), (obs[6:9], -1.0, _OPPONENT)):
+        rows, cols = _near(y, py, _RACKET_REACH), _near(x, px, _RACKET_REACH)  # only the pixels it can cover
+        dx, dy = gx[rows, cols] - px, gy[rows, cols] - py  # the racket polygon in its own frame (x: its facing)
+        cos, sin = torch.cos(angle), torch.sin(angle)
+        local_x, local_y = (dx * cos + dy * sin) * facing, dy * cos - dx * sin
+        image[rows, cols][distance_to_racket(local_x, local_y) <= 0] = torch.tensor(colour, dtype=torch.uint8)
+    rows, cols = _near(y, obs[13], PUCK_RADIUS), _near(x, obs[12], PUCK_RADIUS)
+    puck = (gx[rows, cols] - obs[12]) ** 2 + (gy[rows, cols] - obs[13]) ** 2 <= PUCK_RADIUS ** 2
+    image[rows, cols][puck] = torch.tensor(_PUCK, dtype=torch.uint8)
+    return image
+
+
+_RACKET_REACH = 0.5  # metres: every point of the racket polygon is within 0.45 m of its origin
+
+
+def _near(centres: Tensor, at: Tensor, reach: float) -> slice:
+    """The slice of pixel centres (ascending or descending) within ``reach`` of ``at``."""
+    index = ((centres - at).abs() <= reach).nonzero().squeeze(-1)
+    return slice(int(index[0]), int(index[-1]) + 1) if index.numel() else slice(0, 0)

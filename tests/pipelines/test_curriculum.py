@@ -93,3 +93,22 @@ def test_unknown_env_setting_stops_the_run(tmp_path):
     phases = [{"name": "a", "settings": {"mode": "NORMAL", "puck_speed": 3.0}}]
     with pytest.raises(ValueError, match="puck_speed"):
         main(["--config", _config(tmp_path, phases)])
+
+
+def test_evaluation_logs_a_clip_to_tensorboard(tmp_path):
+    """PolicyEvaluation(video_frames=12): row 0's first 12 frames as an animated GIF image, ``eval/video``."""
+    import io
+
+    from PIL import Image, ImageSequence
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    evaluation = {"class_path": "callbacks.PolicyEvaluation",
+                  "init_args": {"every_n_frames": 1280, "num_envs": 2, "video_frames": 12, "video_fps": 10}}
+    main(["--config", hockey_dqn_config(tmp_path, [evaluation])])
+    events = EventAccumulator(str(tmp_path / "hockey" / "version_0"), size_guidance={"images": 0})
+    events.Reload()
+    clips = events.Images("eval/video")
+    assert [c.step for c in clips] == [1280, 2560]  # the schedule's; the end does not evaluate the same frames again
+    with Image.open(io.BytesIO(clips[0].encoded_image_string)) as gif:
+        assert gif.format == "GIF"
+        assert sum(frame.info["duration"] for frame in ImageSequence.Iterator(gif)) == 12 * 100

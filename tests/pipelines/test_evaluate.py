@@ -135,3 +135,13 @@ def test_a_module_loads_from_its_checkpoint_alone(smoke_run):
         b = reference.collector_policy(observation.clone())["action"]
     env.close()
     assert torch.equal(a, b)
+
+
+def test_evaluate_writes_a_video_of_one_episode(smoke_run, tmp_path, capsys):
+    """--video: one frame per decision of row 0's episode (the DVRP plan growing): 30 requests, 30 frames."""
+    import imageio.v2 as imageio
+
+    main(["--ckpt_path", smoke_run["last"], "--episodes", "2", "--num_envs", "2", "--policies", "fallback",
+          "--video", str(tmp_path / "episode.mp4")])
+    assert "video of one episode (30 frames)" in capsys.readouterr().out
+    assert imageio.get_reader(str(tmp_path / "episode.mp4")).count_frames() == 30
