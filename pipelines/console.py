@@ -22,6 +22,8 @@ QUIET_WARNINGS = (
     (r"You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not resumable",
      "the data modules save and restore their own stream (RLDataModule.state_dict): a resumed run is exact, "
      "tests/pipelines/test_resume.py"),
+    (r"LightningCLI's args parameter is intended",
+     "pipelines.evaluate, seeds and tune hand LightningCLI the run's own argument list while sys.argv holds theirs"),
 )
 # Lightning's informational lines (rank_zero_info) that are advertisements or repeat what the summary says
 QUIET_INFO = (

@@ -31,7 +31,6 @@ import json
 import math
 import os
 import sys
-import warnings
 from collections.abc import Callable
 
 import torch
@@ -44,10 +43,6 @@ from pipelines.data import RLDataModule
 from pipelines.checkpoints import MODEL_KEYS, run_configs, weights_mismatch
 from pipelines.fit import FitCLI, config_exit
 
-
-# evaluate hands LightningCLI its own argument list (the run's config plus overrides) while sys.argv holds
-# evaluate's options: intended, so the warning about the two differing says nothing
-warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
 
 OVERRIDE_PREFIXES = ("--model.", "--data.", "--trainer.", "--seed_everything")  # the fit config's keys
 

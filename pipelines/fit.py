@@ -278,8 +278,9 @@ def config_error(err: BaseException) -> Exception | None:
     return None
 
 
-def main(args: list[str] | None = None) -> FitCLI:
-    """Parse, build and fit; returns the CLI (its ``trainer``, ``model``, ``datamodule``).
+def main(args: list[str] | None = None, callbacks: list | None = None) -> FitCLI:
+    """Parse, build and fit; returns the CLI (its ``trainer``, ``model``, ``datamodule``). ``callbacks``: callback
+    objects added to the config's (a caller's own, e.g. ``pipelines.tune``'s pruning), last.
 
     Raises:
         SystemExit: 130 after SIGINT, 143 after SIGTERM (the run stopped early; see the module docstring).
@@ -290,6 +291,7 @@ def main(args: list[str] | None = None) -> FitCLI:
                  auto_configure_optimizers=False)
     if cli.resumed_in_place is not None:
         _continue_in(cli, *cli.resumed_in_place)
+    cli.trainer.callbacks.extend(callbacks or [])
     in_main_thread = threading.current_thread() is threading.main_thread()  # (signal handlers need it)
     previous = {}
     if in_main_thread:  # Lightning adds its own SIGTERM handler to this one at fit start
