@@ -21,7 +21,7 @@ class CurriculumPhases(L.Callback):
     hockey env's ``mode``, ``opponent`` and reward weights) and ends by its advance rule:
 
     * ``until: {frames: N}``: after N collected frames (all ranks) in the phase;
-    * ``until: {metric: eval/weak/win, at_least: 0.8, evaluations: 3}``: when the mean of that metric
+    * ``until: {metric: eval/weak/won, at_least: 0.8, evaluations: 3}``: when the mean of that metric
       over the last ``evaluations`` evaluations of ``callbacks.PolicyEvaluation`` made in the phase is at
       least ``at_least``;
     * no ``until``: the phase lasts to the end (the last phase's rule is ignored).

@@ -79,6 +79,10 @@ class EmbeddingUpdate(L.Callback):
         return self.store.storage[:n] if n else TensorDict({}, batch_size=[0])
 
     # ------------------------------------------------------------------ hooks
+    def chart_groups(self) -> dict[str, list[str]]:
+        """The Bayes classifier's accuracy (the best any model can reach) beside the model's (:mod:`pipelines.board`)."""
+        return {"embedding accuracy": ["embedding/accuracy", "embedding/bayes_accuracy"]}
+
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if trainer.datamodule is None or trainer.datamodule.embedding_model() is None:
             raise ValueError("callbacks.EmbeddingUpdate needs an env with an embedding model: set "

@@ -49,7 +49,7 @@ class PolicyEvaluation(L.Callback):
         max_steps: step limit of an evaluation (episodes unfinished then are not counted).
         save_best: keep the best evaluated checkpoint as ``best.ckpt``.
         settings: named runtime settings of separate evaluation envs, or null for one plain env.
-        best_metric: the metric ``save_best`` maximises, e.g. ``eval/weak/win``.
+        best_metric: the metric ``save_best`` maximises, e.g. ``eval/weak/won``.
         video_frames: frames of row 0's first episode logged as a clip at every evaluation (0: none).
         video_fps: frames per second of the clip.
 
@@ -90,6 +90,11 @@ class PolicyEvaluation(L.Callback):
         if folder is None:
             folder = os.path.join(trainer.log_dir or trainer.default_root_dir, "checkpoints")
         return os.path.join(folder, "best.ckpt")
+
+    def chart_groups(self) -> dict[str, list[str]]:
+        """The evaluation return of every setting in the episode-return chart (:mod:`pipelines.board`)."""
+        names = [None] if not self.settings else list(self.settings)
+        return {"episode return": [f"eval/{n + '/' if n else ''}episode_return" for n in names]}
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         pl_module.has_evaluator = True

@@ -35,7 +35,7 @@ class EnvConfig(ABC):
         evaluation_settings: ``{name: runtime settings}`` that ``pipelines.evaluate`` plays one table row
             per policy each (through the env's ``configure``, e.g. one opponent each); empty: one row as built.
         outcome_keys: ``report`` entries that are 0/1 episode outcomes; ``pipelines.evaluate`` reports
-            their means as ``<key>_rate`` (e.g. ``win_rate``).
+            their means as ``<key>_rate`` (e.g. ``won_rate``).
     """
 
     embedding_model: nn.Module | None = None

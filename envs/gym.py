@@ -194,7 +194,8 @@ class GymVectorEnv(EnvBase):
         observation["episode_reward"] = Unbounded(shape=(num_envs, 1), dtype=self._reward_dtype, device=self.device)
         self.observation_spec = observation
         self.env_id = env_id
-        self.vector = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync", render_mode=render_mode,
+        drawing = {"render_mode": render_mode} if render_mode else {}  # (an env may not take the argument at all)
+        self.vector = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync", **drawing,
                                    vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
         self.render_mode = render_mode
         self._seed: int | None = None

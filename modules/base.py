@@ -226,8 +226,12 @@ class RLModule(L.LightningModule):
         if episodes:
             for name, values in episode_results(batch["next"], done).items():
                 self.record(f"rollout/{name}", values.mean(), episodes)
-        self.record("rollout/episodes", float(episodes))
         return batch
+
+    def chart_groups(self) -> dict[str, list[str]]:
+        """TensorBoard charts that show a metric with its references (:mod:`pipelines.board`): the training
+        episodes' return beside the evaluation's."""
+        return {"episode return": ["rollout/episode_return", "eval/episode_return"]}
 
     # ------------------------------------------------------------------ metrics
     def record(self, name: str, value: float | Tensor, weight: int = 1) -> None:

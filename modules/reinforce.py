@@ -79,6 +79,10 @@ class REINFORCEModule(RLModule):
         return float(self.trainer.datamodule.env_config.unserved_penalty)
 
     # ------------------------------------------------------------------ update
+    def chart_groups(self) -> dict[str, list[str]]:
+        """The greedy baseline's cost beside the sampled plans' (:mod:`pipelines.board`)."""
+        return {"plan cost (km)": ["rollout/cost_km", "rollout/baseline_cost_km"]}
+
     def training_step(self, batch: TensorDict, batch_idx: int) -> Tensor:
         optimizer = self.optimizers()
         penalty = self._penalty()

@@ -44,6 +44,7 @@ from lightning.pytorch.trainer.states import TrainerStatus  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 
 from modules.base import RLModule  # noqa: E402
+from pipelines.board import write_run_header  # noqa: E402
 from pipelines.catalogue import catalogue  # noqa: E402
 from pipelines.checkpoints import CONFIG_KEY, IDENTITY_KEYS, check_resume_checkpoint, weights_mismatch  # noqa: E402
 from pipelines.console import quiet_console, run_summary  # noqa: E402
@@ -152,6 +153,10 @@ class RecordConfig(SaveConfigCallback):
                 raise OutputExists(f"{path} exists: a run never overwrites a file it did not create (give the run "
                                    f"its own folder: --trainer.default_root_dir, or the logger's save_dir or version)")
         super().setup(trainer, pl_module, stage)
+        if trainer.is_global_zero and self.resumed_frames is None:  # a resumed run's folder has them already
+            metrics = [m for m in (*(getattr(c, "best_metric", None) for c in trainer.callbacks),
+                                   "rollout/episode_return") if m]
+            write_run_header(trainer, plain_config(self.parser, self.config), list(dict.fromkeys(metrics)))
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         if getattr(self, "_record", None) is None:
@@ -173,7 +178,13 @@ def config_exit(err: Exception) -> None:
 def add_default_callbacks(trainer: Namespace) -> None:
     """Callbacks and plugins every run has unless its config lists its own: ``callbacks.NonFiniteGuard`` (stops
     a run whose updates keep being non-finite) and ``pipelines.checkpoints.AtomicCheckpointIO`` (checkpoints
-    written atomically)."""
+    written atomically). TensorBoard gets its hyper-parameters from :func:`pipelines.board.write_run_header`
+    (the resolved config: the model's, the data pipeline's and the env's settings), so Lightning's own logging of
+    the module's (``enable_autolog_hparams``) and its ``hp_metric`` placeholder (a constant -1) are off."""
+    trainer.enable_autolog_hparams = False
+    for logger in trainer.get("logger") if isinstance(trainer.get("logger"), list) else [trainer.get("logger")]:
+        if isinstance(logger, Namespace) and str(logger.get("class_path", "")).endswith("TensorBoardLogger"):
+            logger.init_args.default_hp_metric = False
     callbacks = trainer.get("callbacks") or []
     if not any(isinstance(c, Namespace) and str(c.get("class_path", "")).endswith("NonFiniteGuard") for c in callbacks):
         trainer.callbacks = [*callbacks, Namespace(class_path="callbacks.NonFiniteGuard",

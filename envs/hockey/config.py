@@ -43,7 +43,7 @@ class HockeyConfig(EnvConfig):
 
     evaluation_settings = {"weak": {"mode": "NORMAL", "opponent": "weak"},
                            "strong": {"mode": "NORMAL", "opponent": "strong"}}
-    outcome_keys = ("win", "draw", "loss")
+    outcome_keys = ("won", "drawn", "lost")
 
     def __init__(
         self,

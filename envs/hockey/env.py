@@ -108,9 +108,11 @@ class HockeyEnv(RowSeededEnv):
           ``obs_agent_two``: positions and velocities point-mirrored through the centre, blocks swapped), so
           one policy can play either side: ``observation_opponent`` of a state equals ``observation`` of the
           state rotated by pi with the players exchanged.
-        * ``report``: ``winner`` (1 the agent scored, -1 the opponent scored, 0 none yet or a draw), ``win``,
-          ``loss``, ``draw`` (0/1; ``draw`` = no goal, meaningful at the episode's end) and ``steps`` (steps of
-          the episode so far), each ``[B, 1]``. Averaged over finished episodes they give win / loss / draw rates.
+        * ``report``: ``winner`` (1 the agent scored, -1 the opponent scored, 0 none yet or a draw), ``won``,
+          ``lost``, ``drawn`` (0/1; ``drawn`` = no goal, meaningful at the episode's end) and ``steps`` (steps of
+          the episode so far), each ``[B, 1]``. Averaged over finished episodes they give the rates of games
+          won, lost and drawn (logged as ``rollout/won``, ``eval/weak/lost`` ...: never a ``loss`` beside
+          ``train/loss``).
 
     Rules of a step (the original's, see :mod:`envs.hockey` for how closely):
         1. Player 2's action comes from its row's opponent, from ``observation_opponent`` of the previous step:
@@ -593,7 +595,7 @@ class HockeyEnv(RowSeededEnv):
         """The TensorDict of the current state: observations, report, and ``reward`` and the done ``flags`` of a step."""
         observation, opponent = self.observation_of_state()
         win, loss = (winner > 0).float(), (winner < 0).float()
-        report = {"winner": winner, "win": win, "loss": loss, "draw": 1.0 - win - loss,
+        report = {"winner": winner, "won": win, "lost": loss, "drawn": 1.0 - win - loss,
                   "steps": self.t.unsqueeze(-1).float()}
         out = {"observation": observation, "observation_opponent": opponent, "report": report, **flags}
         if reward is not None:

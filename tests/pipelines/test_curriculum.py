@@ -48,7 +48,7 @@ def test_phases_advance_by_frames_then_by_metric_and_clear_the_buffer(tmp_path):
     base = data.env.base_env
     assert int(base._next_mode[0]) == MODES.index("NORMAL") and int(base._next_opponent[0]) == OPPONENTS.index("strong")
     assert base.shaping["w_touch"] == 1.0  # set in phase 0, not changed since
-    assert "eval/weak/win" in evaluations[-1]
+    assert "eval/weak/won" in evaluations[-1]
 
 
 def test_resume_restores_the_phase_and_its_settings(tmp_path):
@@ -71,7 +71,7 @@ def test_resume_restores_the_phase_and_its_settings(tmp_path):
 
 
 def test_a_metric_rule_that_is_never_met_keeps_the_phase(tmp_path):
-    phases = [PHASES[0], {**PHASES[1], "until": {"metric": "eval/weak/win", "at_least": 2.0, "evaluations": 1}},
+    phases = [PHASES[0], {**PHASES[1], "until": {"metric": "eval/weak/won", "at_least": 2.0, "evaluations": 1}},
               PHASES[2]]
     cli = main(["--config", _config(tmp_path, phases), "--data.init_args.total_frames=1920"])
     assert _curriculum(cli).phase == 1

@@ -178,3 +178,24 @@ def test_a_run_ends_with_its_summary_and_no_library_noise(smoke_run):
     assert "frames: 1,920 in " in summary
     assert "evaluation eval/episode_return: final " in summary
     assert f"checkpoints: {smoke_run['dir'] / 'checkpoints' / 'last.ckpt'}" in summary
+
+
+def test_tensorboard_holds_the_config_and_reference_charts(smoke_run):
+    """HPARAMS: the model's, data pipeline's and env's settings from the resolved config (no hp_metric); the
+    custom-scalars layout charts a metric with its references; no constant series."""
+    from tensorboard.backend.event_processing import plugin_event_accumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    events = plugin_event_accumulator.EventAccumulator(str(smoke_run["dir"]))
+    events.Reload()
+    scalars = list(events.PluginTagToContent("scalars"))
+    assert "hp_metric" not in scalars and "rollout/episodes" not in scalars
+    start = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    hparams = plugin_data_pb2.HParamsPluginData.FromString(start).session_start_info.hparams
+    assert hparams["env.num_customers"].number_value == 30 and hparams["model.class"].string_value == "PPOModule"
+    assert hparams["model.network.embed_dim"].number_value == 32 and hparams["data.frames_per_batch"].number_value == 480
+    layout = layout_pb2.Layout.FromString(events.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0])
+    charts = {c.title: list(c.multiline.tag) for category in layout.category for c in category.chart}
+    assert charts["embedding accuracy"] == ["embedding/accuracy", "embedding/bayes_accuracy"]
+    assert charts["episode return"] == ["rollout/episode_return", "eval/episode_return"]

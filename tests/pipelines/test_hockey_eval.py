@@ -46,7 +46,7 @@ def test_evaluate_reports_rates_per_opponent(trained, capsys):
     for policy in ("dqn", "random"):
         assert set(table[policy]) == {"weak", "strong"}
         for row in table[policy].values():
-            assert row["win_rate"] + row["draw_rate"] + row["loss_rate"] == pytest.approx(1.0)
+            assert row["won_rate"] + row["drawn_rate"] + row["lost_rate"] == pytest.approx(1.0)
             assert 1 <= row["mean_steps"] <= 250
     # each setting plays its own opponent: on the same seeds the random policy's games differ between them
     assert table["random"]["strong"] != table["random"]["weak"]

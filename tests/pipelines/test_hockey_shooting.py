@@ -36,5 +36,5 @@ def test_short_sac_run_in_shooting_mode_scores_more_than_random(tmp_path):
                            "--settings", json.dumps({"shooting": {"mode": "TRAIN_SHOOTING", "opponent": "static"}}),
                            *SMALL])
     sac, random = table["sac"]["shooting"], table["random"]["shooting"]
-    assert sac["win_rate"] > random["win_rate"], table
+    assert sac["won_rate"] > random["won_rate"], table
     assert sac["mean_return"] > random["mean_return"], table
