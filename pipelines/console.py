@@ -103,3 +103,15 @@ def _duration(seconds: float) -> str:
     minutes, s = divmod(int(round(seconds)), 60)
     hours, m = divmod(minutes, 60)
     return f"{hours} h {m} min {s} s" if hours else f"{m} min {s} s" if m else f"{seconds:.1f} s"
+
+
+def rounded(value, digits: int = 6):
+    """``value`` (nested dicts and lists of numbers) with every float cut to ``digits`` significant digits, for
+    JSON a person reads (``12.3457`` rather than ``12.345678901234567``); nan and inf stay."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, dict):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(v, digits) for v in value]
+    return value

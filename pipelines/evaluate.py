@@ -39,8 +39,9 @@ from envs import EnvConfig, make_env, unwrap
 from envs.episodes import play_episodes
 from envs.video import FORMATS, record_episode, write_video
 from modules.base import RLModule
-from pipelines.data import RLDataModule
 from pipelines.checkpoints import MODEL_KEYS, run_configs, weights_mismatch
+from pipelines.console import rounded
+from pipelines.data import RLDataModule
 from pipelines.fit import FitCLI, config_exit
 
 
@@ -294,6 +295,7 @@ def main(argv: list[str] | None = None) -> dict:
         values = next(iter(settings.values())) if settings else None
         count = record_video(config, policies[name][1], args.video, args.seed, values, args.video_fps)
         print(f"video of one episode ({count} frames) written to {args.video}")
+    table = rounded(table)
     print(json.dumps(table))
     sys.stdout.flush()
     return table

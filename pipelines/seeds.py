@@ -4,7 +4,7 @@
         [--metric eval/episode_return] [fit overrides, e.g. --data.init_args.total_frames=100000]
 
 Seed S is ``pipelines.fit --config ... --seed_everything=S`` (one seed seeds the whole run:
-:func:`pipelines.fit.share_seed`) in its own folder ``DIR/seed_<S>`` (default ``DIR``: ``runs/seeds/<config stem>``),
+:func:`pipelines.run_config.share_seed`) in its own folder ``DIR/seed_<S>`` (default ``DIR``: ``runs/seeds/<config stem>``),
 its console output in ``DIR/seed_<S>/fit.log``; ``--parallel N`` runs N at once (each with the config's
 ``num_threads``). Then the summary, from each run's TensorBoard files: the final and the best value of
 ``--metric`` (default ``eval/episode_return``, else ``rollout/episode_return`` where a run has no evaluations)
@@ -29,6 +29,7 @@ import time
 
 import numpy as np
 
+from pipelines.console import rounded
 from pipelines.scalars import read_scalars
 
 FALLBACK_METRIC = "rollout/episode_return"
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{seed:>6d} {row['final']:12.3f} {row['best']:12.3f} {row['frames']:>10d}")
     print(f"{summary['metric']}: final {summary['mean']:.3f} ± {summary['se']:.3f} (mean ± SE over "
           f"{len(args.seeds)} seeds); curves: {os.path.join(out, 'curves.png')}")
-    result = {k: v for k, v in summary.items() if k != "curves"}
+    result = rounded({k: v for k, v in summary.items() if k != "curves"})
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps(result))

@@ -30,6 +30,8 @@ import sys
 import lightning as L
 import yaml
 
+from pipelines.console import rounded
+
 KINDS = ("float", "int", "categorical")
 DIRECTIONS = ("maximize", "minimize")
 _INDEX = re.compile(r"^(\w+)\[(\d+)\]$")
@@ -259,6 +261,7 @@ def main(argv: list[str] | None = None) -> dict:
         value = "" if row["value"] is None else f"{row['value']:12.3f}"
         print(f"{row['number']:>5d} {row['state']:>9s} {value:>12s}  {row['params']}")
     print(f"best: {summary['best_value']:.3f} with {summary['best_params']}; config: {summary['best_config']}")
+    summary = rounded(summary)
     print(json.dumps(summary))
     return summary
 
