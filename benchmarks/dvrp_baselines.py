@@ -54,7 +54,8 @@ def main() -> None:
     for row in table.values():
         row["gain_vs_clairvoyant"] = (row["return"] - lo) / (hi - lo) if hi != lo else float("nan")
     print(f"{args.episodes} episodes, seed {args.seed}, {config.instances or 'generated'}")
-    print(f"{'policy':12s} {'return':>15s} {'cost km':>8s} {'failure':>8s} {'served':>7s} {'refused':>8s} {'gain / clairvoyant gain':>24s}")
+    print(f"{'policy':12s} {'return':>15s} {'cost km':>8s} {'failure':>8s} {'served':>7s} {'refused':>8s} "
+          f"{'gain / clairvoyant gain':>24s}")
     for name, row in table.items():
         print(f"{name:12s} {row['return']:7.1f} ± {row['return_se']:4.1f} {row['cost_km']:8.1f} {row['failure_rate']:8.3f} "
               f"{row['served']:7.2f} {row['refused']:8.2f} {100 * row['gain_vs_clairvoyant']:23.0f}%")

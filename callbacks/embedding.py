@@ -44,7 +44,8 @@ class EmbeddingUpdate(L.Callback):
         batch_size: outcomes per optimiser step.
         lr: Adam learning rate (a fresh optimiser per update, warm-started weights).
         buffer_size: capacity of the outcome store (oldest outcomes are overwritten).
-        seed: seed of the shuffles (update u uses ``seed + u``; the global RNG is not touched); null: the run's seed (``pipelines.fit`` sets it from ``seed_everything``; 0 when built in Python).
+        seed: seed of the shuffles (update u uses ``seed + u``; the global RNG is not touched); null: the run's seed
+            (``pipelines.fit`` sets it from ``seed_everything``; 0 when built in Python).
 
     Raises:
         ValueError: a setting below 1, an lr outside (0, 1] (``EmbeddingUpdate.<key>=... is not allowed``), or an

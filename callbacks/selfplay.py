@@ -44,7 +44,8 @@ class SelfPlay(L.Callback):
         every_n_frames: snapshot interval in collected frames (all ranks).
         pool_size: the most snapshots kept.
         probabilities: ``{kind: p}`` over ``self``, ``static``, ``weak``, ``strong``, summing to 1.
-        seed: seed of the draws; null: the run's seed (``pipelines.fit`` sets it from ``seed_everything``; 0 when built in Python).
+        seed: seed of the draws; null: the run's seed (``pipelines.fit`` sets it from ``seed_everything``; 0 when
+            built in Python).
         active: draw opponents from the start (snapshots are taken either way); ``callbacks.CurriculumPhases``
             switches the data module's ``self_play`` per phase (``self_play: true``), so a curriculum can end in
             self-play.

@@ -81,8 +81,9 @@ def run_summary(trainer, model, started: float) -> str:
     evaluations = [e for e in model.evaluations if len(e) > 1]
     if evaluations:
         chosen = [getattr(c, "best_metric", None) for c in trainer.callbacks]
+        returns = [k for k in evaluations[-1] if k.endswith("episode_return")]
         metric = next((m for m in chosen if m in evaluations[-1]), None) or next(
-            (k for k in evaluations[-1] if k.endswith("episode_return")), next(k for k in evaluations[-1] if k != "frames"))
+            iter(returns), next(k for k in evaluations[-1] if k != "frames"))
         final = evaluations[-1]
         best = max((e for e in evaluations if metric in e), key=lambda e: e[metric])
         lines.append(f"evaluation {metric}: final {final[metric]:.3f} at {int(final['frames']):,} frames; best "

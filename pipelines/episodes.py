@@ -31,7 +31,8 @@ class EpisodeDataModule(RLDataModule):
         batch_size: instances per training step on each rank.
         total_frames: budget in construction steps, summed over ranks.
         eval_size: instances in the fixed validation set.
-        seed: seed of instance row 0 on rank 0; null: the run's seed (``pipelines.fit`` sets it from ``seed_everything``; 0 when built in Python).
+        seed: seed of instance row 0 on rank 0; null: the run's seed (``pipelines.fit`` sets it from
+            ``seed_everything``; 0 when built in Python).
         device: device of the instance tensors; null (the default) follows the trainer's root device.
 
     Raises:

@@ -18,8 +18,9 @@ Envs that export their episodes' plans (DVRP) also take ``--routes_out`` (the tr
 that other tools can check without this code) and ``--pyvrp_episodes K`` (each policy's final plans of K
 episodes re-solved by the env's reference solver, PyVRP; the online plan's mean gap is a column).
 ``--video FILE.mp4|.gif`` also writes one episode of the trained policy as a video (envs that draw themselves:
-hockey, vacuum, gymnasium envs, DVRP's plan growing over an episode). ``--instances GLOB`` is short for ``--data.init_args.env.init_args.instances=GLOB`` with the files' own
-capacity. A run's learned env model (the flexibility model) is restored with its weights.
+hockey, vacuum, gymnasium envs, DVRP's plan growing over an episode). ``--instances GLOB`` is short for
+``--data.init_args.env.init_args.instances=GLOB`` with the files' own capacity. A run's learned env model (the
+flexibility model) is restored with its weights.
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ class _EvaluationCLI(FitCLI):
 
 def load_run(configs: str | list[str] | None, ckpt_path: str, overrides: list[str]) -> tuple[RLModule, RLDataModule]:
     """Build model and data module from fit configs (later ones override earlier ones, then the dotted
-    overrides; None: the run's own, :func:`pipelines.checkpoints.run_configs`) and load the checkpoint: the weights and the data module's state (the env's learned
-    model, if any). The checkpoint is checked as ``pipelines.fit --ckpt_path`` checks it, before anything is
-    built, except that the env may differ from the one it was trained on.
+    overrides; None: the run's own, :func:`pipelines.checkpoints.run_configs`) and load the checkpoint: the
+    weights and the data module's state (the env's learned model, if any). The checkpoint is checked as
+    ``pipelines.fit --ckpt_path`` checks it, before anything is built, except that the env may differ from the
+    one it was trained on.
 
     Raises:
         FileNotFoundError: a config or the checkpoint does not exist.
@@ -226,7 +228,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--pyvrp_seconds", type=float, default=1.0, help="PyVRP time per episode")
     parser.add_argument("--instances", default=None, help="glob of Solomon .txt / VRPLIB .vrp files for the DVRP env "
                         "(episodes draw N customers of a random file; capacity from the files)")
-    parser.add_argument("--compare_config", action="append", default=None, help="config(s) of the second run (default: its own, as --config)")
+    parser.add_argument("--compare_config", action="append", default=None,
+                        help="config(s) of the second run (default: its own, as --config)")
     parser.add_argument("--compare_ckpt", default=None, help="checkpoint of a second run, played on the same episodes")
     parser.add_argument("--video", default=None, help="write one episode of the trained policy (row 0 of the evaluation "
                         "seed; the first setting) to this .mp4 or .gif file")
@@ -238,7 +241,7 @@ def main(argv: list[str] | None = None) -> dict:
         if name.startswith("-") and not name.startswith(OVERRIDE_PREFIXES):
             close = difflib.get_close_matches(name, [o for a in parser._actions for o in a.option_strings], n=1)
             parser.error(f"unrecognized argument {name}" + (f" (did you mean {close[0]}?)" if close else "")
-                         + f" (the run's config keys go as {', '.join(p.rstrip('.') + '.<key>=...' for p in OVERRIDE_PREFIXES[:3])})")
+                         + " (the run's config keys go as --model.<key>=..., --data.<key>=..., --trainer.<key>=...)")
     if args.episodes < 1 or args.num_envs < 1:
         parser.error(f"--episodes and --num_envs must be >= 1 (got {args.episodes}, {args.num_envs})")
     if args.video is not None and os.path.splitext(args.video)[1].lower() not in FORMATS:

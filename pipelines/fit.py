@@ -2,7 +2,8 @@
 
 LightningCLI over ``model`` (an ``RLModule`` subclass), ``data`` (an ``RLDataModule`` subclass) and
 ``trainer``; ``--print_config`` prints the resolved run, ``--ckpt_path`` resumes one (in its own run folder
-when the checkpoint is in it: :func:`pipelines.run_config.resume_in_place`). The resolved config is saved in the run folder.
+when the checkpoint is in it: :func:`pipelines.run_config.resume_in_place`). The resolved config is saved in the
+run folder.
 ``num_threads`` and ``float32_matmul_precision`` are applied here, once, before anything is built.
 
 A run that stops early ends with a non-zero exit status and its rollout workers stopped: 130 after

@@ -43,7 +43,8 @@ class RLDataModule(L.LightningDataModule):
         num_envs: envs stepped as one batch on each rank (B).
         frames_per_batch: frames per collected batch on each rank (a multiple of ``num_envs``).
         total_frames: the run's budget in frames, summed over ranks.
-        seed: seed of env row 0 on rank 0; null: the run's seed (``pipelines.fit`` sets it from ``seed_everything``; 0 when built in Python).
+        seed: seed of env row 0 on rank 0; null: the run's seed (``pipelines.fit`` sets it from ``seed_everything``;
+            0 when built in Python).
         device: device the env and collector run on; null (the default) follows the trainer: its root device
             (``cuda:<k>`` on rank k of ``--trainer.accelerator=gpu``, else ``cpu``).
         workers: 0 steps the ``num_envs`` envs as one batch in this process; N >= 1 runs them in N worker
