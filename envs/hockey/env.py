@@ -273,9 +273,9 @@ class HockeyEnv(RowSeededEnv):
 
     @staticmethod
     def render_game(observation: Tensor, frames: int = 8) -> np.ndarray:
-        """A frame strip of one game from its ``observation`` ``[T, 18]`` (:func:`envs.hockey.render.render_game`;
-        ``callbacks.PolicyEvaluation`` logs it as a TensorBoard image)."""
-        return draw_game(observation, frames)
+        """Snapshots of one game from its ``observation`` ``[T, 18]``, two rows of four at 24 pixels per metre
+        (:func:`envs.hockey.render.render_game`; ``callbacks.PolicyEvaluation`` logs it as a TensorBoard image)."""
+        return draw_game(observation, frames, pixels_per_metre=24.0, columns=4)
 
     def render_frame(self, row: int = 0, pixels_per_metre: float = 40.0) -> np.ndarray:
         """Row ``row``'s table now, ``[H, W, 3]`` uint8 (:func:`envs.hockey.render.draw_frame`; a video's frame)."""

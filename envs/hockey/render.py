@@ -17,8 +17,10 @@ _PUCK = (20, 20, 20)
 _GAP = (255, 255, 255)
 
 
-def render_game(observation: Tensor, frames: int = 8, pixels_per_metre: float = 16.0) -> np.ndarray:
-    """``frames`` snapshots of one game, evenly spaced from its first to its last step, side by side.
+def render_game(observation: Tensor, frames: int = 8, pixels_per_metre: float = 16.0,
+                columns: int | None = None) -> np.ndarray:
+    """``frames`` snapshots of one game, evenly spaced from its first to its last step, side by side in rows of
+    ``columns`` (None: one row).
 
     Args:
         observation: ``[T, 18]`` the agent's observations of the game's steps (layout of
@@ -26,10 +28,12 @@ def render_game(observation: Tensor, frames: int = 8, pixels_per_metre: float = 
             ``[12:14]``, table-centred metres).
         frames: snapshots in the strip (at most T).
         pixels_per_metre: scale of a snapshot (16: 125 x 107 pixels).
+        columns: snapshots per row.
 
     Returns:
-        ``[H, frames * (W + 2) - 2, 3]`` uint8 RGB: the table, the goal mouths at both ends, the agent's racket
-        red, the opponent's blue (the original's polygon at its angle), the puck black.
+        ``[rows * (H + 2) - 2, columns * (W + 2) - 2, 3]`` uint8 RGB (one row: ``[H, frames * (W + 2) - 2, 3]``;
+        white gaps, and white where the last row is short): the table, the goal mouths at both ends, the agent's
+        racket red, the opponent's blue (the original's polygon at its angle), the puck black.
 
     Raises:
         ValueError: ``observation`` is not ``[T, 18]`` with T >= 1, or ``frames`` < 1.
@@ -38,11 +42,15 @@ def render_game(observation: Tensor, frames: int = 8, pixels_per_metre: float = 
         raise ValueError(f"render_game needs observation [T >= 1, 18] and frames >= 1, got "
                          f"{tuple(observation.shape)} and {frames}")
     steps = torch.linspace(0, observation.shape[0] - 1, min(frames, observation.shape[0])).round().long()
-    snapshots = []
-    for t in steps.tolist():
-        image = draw_frame(observation[t], pixels_per_metre)
-        snapshots += [image, torch.tensor(_GAP, dtype=torch.uint8).expand(image.shape[0], 2, 3)]
-    return np.ascontiguousarray(torch.cat(snapshots[:-1], dim=1).numpy())
+    images = [draw_frame(observation[t], pixels_per_metre) for t in steps.tolist()]
+    columns = len(images) if columns is None else max(1, min(columns, len(images)))
+    height, width = images[0].shape[:2]
+    rows = -(-len(images) // columns)
+    grid = torch.tensor(_GAP, dtype=torch.uint8).expand(rows * (height + 2) - 2, columns * (width + 2) - 2, 3).clone()
+    for i, image in enumerate(images):
+        top, left = (i // columns) * (height + 2), (i % columns) * (width + 2)
+        grid[top:top + height, left:left + width] = image
+    return np.ascontiguousarray(grid.numpy())
 
 
 def draw_frame(observation: Tensor, pixels_per_metre: float = 16.0) -> Tensor:

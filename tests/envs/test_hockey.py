@@ -505,5 +505,8 @@ def test_render_game_draws_the_players_and_puck_where_the_observation_puts_them(
 
     agent, opponent = observation[0, 0:2].tolist(), observation[0, 6:8].tolist()
     assert pixel(*agent) == _AGENT and pixel(*opponent) == _OPPONENT and pixel(1.0, -2.0, frame=2) == _PUCK
+    grid = render_game(observation, frames=3, pixels_per_metre=10, columns=2)  # two rows: 2 + 1 snapshots
+    assert grid.shape == (2 * (height + 2) - 2, 2 * (width + 2) - 2, 3)
+    assert np.array_equal(grid[:height, :width], strip[:, :width]) and (grid[height + 2:, width + 2:] == 255).all()
     with pytest.raises(ValueError, match="observation"):
         render_game(observation[:, :5])
