@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 
@@ -361,6 +361,26 @@ class VacuumEnv(RowSeededEnv):
         n = idx.shape[0]
         fresh = self._features(position, energy, self._fresh_dirt[:n], self._fresh_t[:n])
         return self._observation(self._reset_rows.index_copy_(0, idx, fresh))
+
+    def maybe_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """``EnvBase.maybe_reset`` (start new episodes in the finished rows of ``step_mdp``'s output), with the
+        same result (``tests/envs/test_vacuum.py``) at less cost: TorchRL merges its reset output into the step's
+        with a ``where`` over every entry (1.7 of 4.6 ms of a B = 4096 step here); this env's state-derived
+        entries (mask, report) are already current for every row after :meth:`_reset`, so only the observation
+        is merged, by copying the finished rows into a copy of it. (The last ``action`` stays as it was in every
+        row; TorchRL zeroes it in the rows a partial reset starts. The policy writes the next one either way.)"""
+        done = tensordict.get("done").reshape(-1)
+        if not bool(done.any()):
+            return tensordict
+        fresh = self._reset(TensorDict._new_unsafe({"_reset": done.unsqueeze(-1)}, batch_size=self.batch_size))
+        rows = done.nonzero().squeeze(-1)
+        observation = tensordict.get("observation").index_copy(0, rows, fresh.get("observation").index_select(0, rows))
+        out = tensordict.copy()
+        for key in ("done", "terminated", "truncated"):
+            out.set(key, torch.zeros_like(tensordict.get(key)))
+        out.update(fresh.exclude("observation"))
+        out.set("observation", observation)
+        return out
 
     def _step(self, tensordict: TensorDict) -> TensorDict:
         cfg = self.config

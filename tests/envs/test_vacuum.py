@@ -439,3 +439,28 @@ def test_observation_matches_the_documented_layout(kwargs):
 def test_action_deltas_match_the_names():
     assert ACTION_DELTAS[U] == (-1, 0) and ACTION_DELTAS[D] == (1, 0)
     assert ACTION_DELTAS[L] == (0, -1) and ACTION_DELTAS[R] == (0, 1)
+
+
+def test_own_partial_reset_equals_torchrls():
+    """VacuumEnv.maybe_reset (only the observation merged) gives what TorchRL's reset-and-merge gives, step after
+    step, with episodes ending at different steps in different rows (every entry but the last action)."""
+    from torchrl.envs import EnvBase
+
+    config = VacuumConfig(energy=(60.0, 30.0, 30.0, 30.0), max_steps=100)
+    ours, theirs = config.make(num_envs=16, seed=5), config.make(num_envs=16, seed=5)
+    theirs.maybe_reset = lambda td: EnvBase.maybe_reset(theirs, td)
+    generator = torch.Generator().manual_seed(0)
+    a, b = ours.reset(), theirs.reset()
+    resets, partial = 0, 0
+    for _ in range(200):
+        action = (torch.rand(a["action_mask"].shape, generator=generator) * a["action_mask"]).argmax(-1)
+        a["action"], b["action"] = action, action.clone()
+        step_a, a = ours.step_and_maybe_reset(a)
+        step_b, b = theirs.step_and_maybe_reset(b)
+        finished = step_a["next", "done"].reshape(-1)
+        resets += int(finished.sum())
+        partial += int(0 < int(finished.sum()) < 16)
+        assert set(a.keys(True, True)) == set(b.keys(True, True))
+        assert all(torch.equal(a[k], b[k]) for k in a.keys(True, True) if k != "action")
+        assert all(torch.equal(step_a[k], step_b[k]) for k in step_a.keys(True, True))
+    assert resets > 32 and partial > 10  # many resets, most of some rows only
