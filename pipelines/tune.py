@@ -166,7 +166,21 @@ def _pruner(spec: dict):
                "none": optuna.pruners.NopPruner}
     if kind not in pruners:
         raise SearchSpaceError(f"pruner.type={kind!r}; allowed: {', '.join(pruners)}")
-    return pruners[kind](**spec)
+    try:
+        return pruners[kind](**spec)
+    except (TypeError, ValueError) as err:
+        raise SearchSpaceError(f"pruner {kind} {spec}: {err}") from None
+
+
+def _sampler(kind: str, parameters: dict, seed: int):
+    """Optuna's sampler of that kind; TPE and random are seeded ``seed`` (the trials the study has already: a
+    continued study does not draw its first trials' values again)."""
+    import optuna
+
+    if kind == "grid":
+        return optuna.samplers.GridSampler({k: [json.dumps(c) for c in v["choices"]] for k, v in parameters.items()},
+                                           seed=0)
+    return (optuna.samplers.TPESampler if kind == "tpe" else optuna.samplers.RandomSampler)(seed=seed)
 
 
 def run_study(configs: list[str], search: dict, trials: int, out: str, overrides: list[str]) -> dict:
@@ -180,19 +194,17 @@ def run_study(configs: list[str], search: dict, trials: int, out: str, overrides
 
     from pipelines.fit import main as fit
 
+    parameters = search["parameters"]
+    for parameter in parameters:  # every key addresses the config and the pruner is valid, before anything is written
+        merged_config(configs, overrides, {parameter: None})
+    pruner = _pruner(search["pruner"])
     os.makedirs(out, exist_ok=True)
     # a trial's heartbeat stops with its process: Optuna marks a trial left running by a killed process failed
     storage = optuna.storages.RDBStorage(f"sqlite:///{os.path.abspath(os.path.join(out, 'study.db'))}",
                                          heartbeat_interval=5, grace_period=15)
-    for parameter in search["parameters"]:  # every key addresses the config, before any trial runs
-        merged_config(configs, overrides, {parameter: None})
-    parameters = search["parameters"]
-    sampler = {"tpe": lambda: optuna.samplers.TPESampler(seed=0), "random": lambda: optuna.samplers.RandomSampler(seed=0),
-               "grid": lambda: optuna.samplers.GridSampler(
-                   {k: [json.dumps(c) for c in v["choices"]] for k, v in parameters.items()}, seed=0)}[search["sampler"]]()
     study = optuna.create_study(storage=storage, study_name=os.path.basename(os.path.abspath(out)),
-                                direction=search["direction"], sampler=sampler, pruner=_pruner(search["pruner"]),
-                                load_if_exists=True)
+                                direction=search["direction"], pruner=pruner, load_if_exists=True)
+    study.sampler = _sampler(search["sampler"], parameters, seed=len(study.trials))
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
     def objective(trial) -> float:

@@ -50,19 +50,26 @@ def test_a_tiny_study_finds_the_better_config_and_resumes(tmp_path):
 
 
 def test_a_pruned_trial_stops_at_its_first_evaluation(tmp_path):
+    """A pruner that stops every trial: each ends at its first evaluation; a continued random search draws new
+    values (its sampler is not restarted from the first run's seed)."""
     out = tmp_path / "study"
-    search = _search(tmp_path, sampler="random", pruner={"type": "threshold", "lower": 1.0e9})
-    proc = run_module("pipelines.tune", "--config", CARTPOLE, "--search", search, "--trials", "1", "--out", str(out),
-                      *TINY, timeout=600)
-    assert proc.returncode == 1 and "no trial" in proc.stderr  # the only trial was pruned
-    trial = optuna.load_study(study_name="study", storage=f"sqlite:///{out / 'study.db'}").trials[0]
-    assert trial.state == optuna.trial.TrialState.PRUNED
-    assert list(trial.intermediate_values) == [1024]  # reported once, then stopped (2,048 frames were planned)
+    search = _search(tmp_path, sampler="random", pruner={"type": "threshold", "lower": 1.0e9},
+                     parameters={"model.init_args.lr": {"type": "float", "low": 1.0e-4, "high": 1.0e-2, "log": True}})
+    for trials in (1, 2):
+        proc = run_module("pipelines.tune", "--config", CARTPOLE, "--search", search, "--trials", str(trials),
+                          "--out", str(out), *TINY, timeout=600)
+        assert proc.returncode == 1 and "no trial" in proc.stderr  # every trial was pruned
+    first, second = optuna.load_study(study_name="study", storage=f"sqlite:///{out / 'study.db'}").trials
+    assert first.state == second.state == optuna.trial.TrialState.PRUNED
+    assert list(first.intermediate_values) == [1024]  # reported once, then stopped (2,048 frames were planned)
+    assert first.params["model.init_args.lr"] != second.params["model.init_args.lr"]
 
 
 def test_a_search_file_error_names_the_key(tmp_path):
-    search = _search(tmp_path, parameters={"model.init_args.lr": {"type": "uniform", "low": 0, "high": 1}})
-    proc = run_module("pipelines.tune", "--config", CARTPOLE, "--search", search, "--trials", "1",
-                      "--out", str(tmp_path / "s"), timeout=120)
-    assert proc.returncode == 2 and "parameters.model.init_args.lr.type='uniform'" in proc.stderr
-    assert not (tmp_path / "s").exists(), "nothing written before the search file is checked"
+    for settings, message in (({"parameters": {"model.init_args.lr": {"type": "uniform", "low": 0, "high": 1}}},
+                               "parameters.model.init_args.lr.type='uniform'"),
+                              ({"pruner": {"type": "median", "warmup": 3}}, "pruner median {'warmup': 3}")):
+        proc = run_module("pipelines.tune", "--config", CARTPOLE, "--search", _search(tmp_path, **settings),
+                          "--trials", "1", "--out", str(tmp_path / "s"), timeout=120)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+        assert not (tmp_path / "s").exists(), "nothing written before the search file is checked"
