@@ -35,7 +35,9 @@ def test_evaluation_logs_a_frame_strip_of_one_game_per_opponent(trained):
     accumulator.Reload()
     assert {"eval/weak/game", "eval/strong/game"} <= set(accumulator.Tags()["images"])
     strip = accumulator.Images("eval/weak/game")[-1]
-    assert strip.width > 4 * strip.height  # eight snapshots side by side
+    table_height, table_width = 160, 188  # the 6.67 x 7.83 m table at 24 pixels per metre
+    # eight snapshots, two rows of four, 2-pixel gaps
+    assert (strip.height, strip.width) == (2 * (table_height + 2) - 2, 4 * (table_width + 2) - 2)
 
 
 def test_evaluate_reports_rates_per_opponent(trained, capsys):
