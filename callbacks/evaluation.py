@@ -120,7 +120,8 @@ class PolicyEvaluation(L.Callback):
                             bad[0])
                 return
             self.best = value
-            trainer.save_checkpoint(self.best_path(trainer), weights_only=False)  # a collective: every rank calls it
+            # a full checkpoint (optimiser and callback state too: it resumes a run); a collective: every rank calls it
+            trainer.save_checkpoint(self.best_path(trainer), weights_only=False)
             log.info("new best evaluation %s %.3f at %d frames: %s", self.best_metric, value,
                      pl_module.collected_frames, self.best_path(trainer))
 

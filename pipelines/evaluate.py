@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import difflib
 import json
 import math
 import os
@@ -44,9 +43,7 @@ from pipelines.checkpoints import MODEL_KEYS, run_configs, weights_mismatch
 from pipelines.console import rounded
 from pipelines.data import RLDataModule
 from pipelines.fit import FitCLI, config_exit
-
-
-OVERRIDE_PREFIXES = ("--model.", "--data.", "--trainer.", "--seed_everything")  # the fit config's keys
+from pipelines.run_config import FIT_KEYS, parse_with_fit_keys
 
 
 class _EvaluationCLI(FitCLI):
@@ -235,13 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
                         "seed; the first setting) to this .mp4 or .gif file")
     parser.add_argument("--video_fps", type=float, default=25.0, help="frames per second of --video")
     parser.add_argument("--num_threads", type=int, default=1, help="torch intra-op threads")
-    args, overrides = parser.parse_known_args(argv)
-    for token in overrides:  # the rest are the fit config's dotted keys; anything else is a typo of ours
-        name = token.split("=")[0]
-        if name.startswith("-") and not name.startswith(OVERRIDE_PREFIXES):
-            close = difflib.get_close_matches(name, [o for a in parser._actions for o in a.option_strings], n=1)
-            parser.error(f"unrecognized argument {name}" + (f" (did you mean {close[0]}?)" if close else "")
-                         + " (the run's config keys go as --model.<key>=..., --data.<key>=..., --trainer.<key>=...)")
+    args, overrides = parse_with_fit_keys(parser, argv, FIT_KEYS[:4])
     if args.episodes < 1 or args.num_envs < 1:
         parser.error(f"--episodes and --num_envs must be >= 1 (got {args.episodes}, {args.num_envs})")
     if args.video is not None and os.path.splitext(args.video)[1].lower() not in FORMATS:

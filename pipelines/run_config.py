@@ -4,6 +4,8 @@ a resumed run continues in."""
 
 from __future__ import annotations
 
+import argparse
+import difflib
 import os
 import secrets
 from pathlib import PurePath
@@ -106,3 +108,26 @@ def _next_version(folder: str) -> str:
     taken = {int(n[8:]) for n in (os.listdir(folder) if os.path.isdir(folder) else [])
              if n.startswith("version_") and n[8:].isdigit()}
     return os.path.join(folder, f"version_{min(set(range(len(taken) + 1)) - taken)}")
+
+
+FIT_KEYS = ("--model.", "--data.", "--trainer.", "--seed_everything", "--num_threads")  # a fit config's options
+
+
+def parse_with_fit_keys(parser: argparse.ArgumentParser, argv: list[str] | None, keys: tuple[str, ...] = FIT_KEYS,
+                        one_token: bool = False) -> tuple[argparse.Namespace, list[str]]:
+    """``parser.parse_known_args`` for a command that also takes the fit config's options (handed on to
+    ``pipelines.fit``): the rest must start with one of ``keys`` (``one_token``: as ``--key=value``); anything
+    else ends the command with ``parser.error`` (exit 2) naming it and the closest option of the command's own.
+
+    Returns:
+        The command's arguments, and the fit options in their order.
+    """
+    args, rest = parser.parse_known_args(argv)
+    for token in rest:
+        name = token.split("=")[0]
+        if (name.startswith("-") or one_token) and not (token.startswith(keys) and (not one_token or "=" in token)):
+            close = difflib.get_close_matches(name, [o for a in parser._actions for o in a.option_strings], n=1)
+            parser.error(f"unrecognized argument {name}" + (f" (did you mean {close[0]}?)" if close else "")
+                         + " (the run's config keys go as --model.<key>=..., --data.<key>=..., --trainer.<key>=..."
+                         + (", one argument each, list entries as key[i]" if one_token else "") + ")")
+    return args, rest

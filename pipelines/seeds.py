@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 from pipelines.console import rounded
+from pipelines.run_config import FIT_KEYS, parse_with_fit_keys
 from pipelines.scalars import read_scalars
 
 FALLBACK_METRIC = "rollout/episode_return"
@@ -146,12 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default=None, help="the study's folder (default runs/seeds/<config stem>)")
     parser.add_argument("--metric", default=None, help="the scalar summarised (default eval/episode_return, else "
                                                        f"{FALLBACK_METRIC})")
-    args, overrides = parser.parse_known_args(argv)
-    bad = [a for a in overrides if a.startswith("-") and not a.startswith(("--model.", "--data.", "--trainer.",
-                                                                           "--num_threads"))]
-    if bad:
-        parser.error(f"unrecognized argument {bad[0]} (the run's config keys go as --model.<key>=..., "
-                     f"--data.<key>=..., --trainer.<key>=...)")
+    args, overrides = parse_with_fit_keys(parser, argv, tuple(k for k in FIT_KEYS if k != "--seed_everything"))
     if args.parallel < 1 or len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--parallel must be >= 1 and --seeds distinct (got {args.parallel}, {args.seeds})")
     for config in args.config:

@@ -31,6 +31,7 @@ import lightning as L
 import yaml
 
 from pipelines.console import rounded
+from pipelines.run_config import parse_with_fit_keys
 
 KINDS = ("float", "int", "categorical")
 DIRECTIONS = ("maximize", "minimize")
@@ -251,12 +252,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--search", required=True, help="the search space (configs/search/<run>.yaml)")
     parser.add_argument("--trials", type=int, required=True, help="finished trials the study should have")
     parser.add_argument("--out", default=None, help="the study's folder (default runs/tune/<config stem>)")
-    args, overrides = parser.parse_known_args(argv)
-    bad = [a for a in overrides if "=" not in a or not a.startswith(("--model.", "--data.", "--trainer.",
-                                                                     "--seed_everything=", "--num_threads="))]
-    if bad:
-        parser.error(f"unrecognized argument {bad[0]} (the run's config keys go as --model.<key>=..., "
-                     f"--data.<key>=..., --trainer.<key>=..., one argument each, list entries as key[i])")
+    args, overrides = parse_with_fit_keys(parser, argv, one_token=True)
     if args.trials < 1:
         parser.error(f"--trials must be >= 1, got {args.trials}")
     out = args.out or os.path.join("runs", "tune", os.path.splitext(os.path.basename(args.config[-1]))[0])

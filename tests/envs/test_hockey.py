@@ -39,6 +39,7 @@ from envs.hockey.constants import (
     discrete_to_continuous,
 )
 from envs.hockey.contact import ROUNDING
+from tests.envs.reset_check import assert_reset_matches_torchrl
 
 DAMP = damping_factor(PUCK_DAMPING)  # a slow free puck's velocity factor per step
 FRONT = RACKET_VERTICES[4][0] + ROUNDING  # a puck centre this far ahead of a racket (angle 0) touches its face
@@ -514,24 +515,7 @@ def test_render_game_draws_the_players_and_puck_where_the_observation_puts_them(
 
 def test_own_partial_reset_equals_torchrls():
     """HockeyEnv.maybe_reset (the reset's entries replace the step's) gives what TorchRL's reset-and-merge gives,
-    step after step, with games ending at different steps (every entry but the last action)."""
-    from torchrl.envs import EnvBase
-
+    step after step, with games ending at different steps."""
     config = HockeyConfig(max_steps=60, max_steps_train=60)
-    ours, theirs = config.make(num_envs=16, seed=5), config.make(num_envs=16, seed=5)
-    theirs.maybe_reset = lambda td: EnvBase.maybe_reset(theirs, td)
-    generator = torch.Generator().manual_seed(0)
-    a, b = ours.reset(), theirs.reset()
-    resets, partial = 0, 0
-    for _ in range(200):
-        action = torch.rand(16, 4, generator=generator) * 2 - 1
-        a["action"], b["action"] = action, action.clone()
-        step_a, a = ours.step_and_maybe_reset(a)
-        step_b, b = theirs.step_and_maybe_reset(b)
-        finished = step_a["next", "done"].reshape(-1)
-        resets += int(finished.sum())
-        partial += int(0 < int(finished.sum()) < 16)
-        assert set(a.keys(True, True)) == set(b.keys(True, True))
-        assert all(torch.equal(a[k], b[k]) for k in a.keys(True, True) if k != "action")
-        assert all(torch.equal(step_a[k], step_b[k]) for k in step_a.keys(True, True))
-    assert resets > 32 and partial > 10
+    assert_reset_matches_torchrl(lambda: config.make(num_envs=16, seed=5),
+                                 lambda td, generator: torch.rand(16, 4, generator=generator) * 2 - 1)

@@ -12,6 +12,7 @@ from torchrl.envs import check_env_specs
 
 from envs import make_env
 from envs.vacuum import ACTION_DELTAS, NUM_ACTIONS, VacuumConfig, VacuumEnv
+from tests.envs.reset_check import assert_reset_matches_torchrl
 
 S, U, D, L, R = range(NUM_ACTIONS)  # stay, up, down, left, right
 
@@ -443,24 +444,8 @@ def test_action_deltas_match_the_names():
 
 def test_own_partial_reset_equals_torchrls():
     """VacuumEnv.maybe_reset (only the observation merged) gives what TorchRL's reset-and-merge gives, step after
-    step, with episodes ending at different steps in different rows (every entry but the last action)."""
-    from torchrl.envs import EnvBase
-
+    step, with episodes ending at different steps in different rows."""
     config = VacuumConfig(energy=(60.0, 30.0, 30.0, 30.0), max_steps=100)
-    ours, theirs = config.make(num_envs=16, seed=5), config.make(num_envs=16, seed=5)
-    theirs.maybe_reset = lambda td: EnvBase.maybe_reset(theirs, td)
-    generator = torch.Generator().manual_seed(0)
-    a, b = ours.reset(), theirs.reset()
-    resets, partial = 0, 0
-    for _ in range(200):
-        action = (torch.rand(a["action_mask"].shape, generator=generator) * a["action_mask"]).argmax(-1)
-        a["action"], b["action"] = action, action.clone()
-        step_a, a = ours.step_and_maybe_reset(a)
-        step_b, b = theirs.step_and_maybe_reset(b)
-        finished = step_a["next", "done"].reshape(-1)
-        resets += int(finished.sum())
-        partial += int(0 < int(finished.sum()) < 16)
-        assert set(a.keys(True, True)) == set(b.keys(True, True))
-        assert all(torch.equal(a[k], b[k]) for k in a.keys(True, True) if k != "action")
-        assert all(torch.equal(step_a[k], step_b[k]) for k in step_a.keys(True, True))
-    assert resets > 32 and partial > 10  # many resets, most of some rows only
+    assert_reset_matches_torchrl(
+        lambda: config.make(num_envs=16, seed=5),
+        lambda td, generator: (torch.rand(td["action_mask"].shape, generator=generator) * td["action_mask"]).argmax(-1))

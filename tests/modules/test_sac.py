@@ -80,7 +80,7 @@ def test_pendulum_config_runs_resumes_and_evaluates(tmp_path, capsys):
     assert set(cli.model.latest_metrics) >= {"train/loss_actor", "train/loss_qvalue", "train/alpha", "train/entropy"}
     last = periodic_checkpoints(tmp_path / "pendulum_sac" / "version_0" / "checkpoints")[200]
     assert last.name == "frames=304.ckpt"  # named by frames: 104 random + 200 (8 updates per 8 frames)
-    assert torch.load(last, weights_only=False)["rl_state"]["collected_frames"] == 104 + 200  # 8 updates per 8 frames
+    assert torch.load(last, weights_only=True)["rl_state"]["collected_frames"] == 104 + 200  # 8 updates per 8 frames
     resumed = main([*args, "--data.init_args.total_frames=480", f"--ckpt_path={last}"])
     assert resumed.model.collected_frames == 480 and resumed.trainer.global_step == (480 - 104) // 8 * 8
     capsys.readouterr()

@@ -55,7 +55,7 @@ def test_resume_restores_the_phase_and_its_settings(tmp_path):
     cli = main(["--config", _config(tmp_path / "a", PHASES)])
     ckpts = list(periodic_checkpoints(tmp_path / "a" / "hockey" / "version_0" / "checkpoints").values())
     for ckpt in ckpts:
-        state = torch.load(ckpt, weights_only=False)
+        state = torch.load(ckpt, weights_only=True)
         saved = next(v for k, v in state["callbacks"].items() if "CurriculumPhases" in k)
         if saved["phase"] == 1:
             break

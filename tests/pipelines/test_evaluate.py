@@ -67,7 +67,7 @@ def test_learned_env_model_is_restored(smoke_run):
     from pipelines.evaluate import load_run
 
     _, data = load_run(SMOKE, smoke_run["last"], [])
-    saved = torch.load(smoke_run["last"], weights_only=False)["OnPolicyDataModule"]["embedding_model"]
+    saved = torch.load(smoke_run["last"], weights_only=True)["OnPolicyDataModule"]["embedding_model"]
     restored = data.embedding_model().state_dict()
     assert all(torch.equal(saved[k], restored[k]) for k in saved)
 

@@ -95,7 +95,7 @@ def _checkpoints_intact(folder) -> None:
     files = sorted(folder.glob("*.ckpt"))
     assert files, "no checkpoint was written"
     for path in files:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)
         assert state["rl_state"]["collected_frames"] > 0 and state["state_dict"], path
 
 

@@ -31,7 +31,7 @@ def test_smoke_run_logs_and_checkpoints(smoke_run):
     frames = [e.step for e in acc.Scalars("rollout/episode_return")]
     assert frames == sorted(frames) and frames[-1] == 1920, "x-axis = collected frames"
     assert "frames" in smoke_run["stdout"], "progress bar counted in frames"
-    ckpt = torch.load(smoke_run["last"], weights_only=False)
+    ckpt = torch.load(smoke_run["last"], weights_only=True)
     assert ckpt["rl_state"]["collected_frames"] == 1920
     assert ckpt["global_step"] == 16  # 4 batches x 2 epochs x 2 minibatches
 
@@ -43,7 +43,7 @@ def test_embedding_updates_at_the_configured_interval_and_in_the_checkpoint(smok
     acc.Reload()
     assert [e.step for e in acc.Scalars("embedding/updates")] == [960, 1920]
     assert [e.value for e in acc.Scalars("embedding/updates")] == [1.0, 2.0]
-    ckpt = torch.load(smoke_run["last"], weights_only=False)
+    ckpt = torch.load(smoke_run["last"], weights_only=True)
     state = next(v for k, v in ckpt["callbacks"].items() if k.startswith("EmbeddingUpdate"))
     assert state["updates"] == 2 and state["next_frames"] == 2880
     stored = state["store"]["_storage"]["_len"]
@@ -62,7 +62,7 @@ def test_print_config_shows_the_whole_run():
 
 
 def _params(path: str) -> dict[str, torch.Tensor]:
-    return torch.load(path, weights_only=False)["state_dict"]
+    return torch.load(path, weights_only=True)["state_dict"]
 
 
 def test_resume_continues_frames_optimizer_and_rng(tmp_path):
@@ -78,7 +78,7 @@ def test_resume_continues_frames_optimizer_and_rng(tmp_path):
     ckpt_dir = tmp_path / "a" / "dvrp_smoke" / "version_0" / "checkpoints"
     mid = periodic_checkpoints(ckpt_dir)[8]
     assert mid.is_file(), sorted(p.name for p in ckpt_dir.iterdir())
-    assert torch.load(mid, weights_only=False)["rl_state"]["collected_frames"] == 960
+    assert torch.load(mid, weights_only=True)["rl_state"]["collected_frames"] == 960
     resumed = main([*common, *checkpointing, f"--trainer.logger.init_args.save_dir={tmp_path / 'b'}",
                     f"--ckpt_path={mid}"])
     assert resumed.model.collected_frames == full.model.collected_frames == 1920
@@ -149,7 +149,7 @@ def test_last_checkpoint_holds_the_end_of_training(tmp_path):
     from tests.pipelines.conftest import hockey_dqn_config
 
     cli = main(["--config", hockey_dqn_config(tmp_path, [])])
-    state = torch.load(tmp_path / "hockey" / "version_0" / "checkpoints" / "last.ckpt", weights_only=False)
+    state = torch.load(tmp_path / "hockey" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
     assert cli.trainer.global_step == 39 and state["global_step"] == 39
     assert state["rl_state"]["collected_frames"] == cli.model.collected_frames
     assert all(torch.equal(v, state["state_dict"][k]) for k, v in cli.model.state_dict().items())

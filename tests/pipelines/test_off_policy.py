@@ -42,7 +42,7 @@ def test_warmup_updates_epsilon_and_buffer_resume(tmp_path):
     assert module.epsilon() == pytest.approx(1.0 - 0.95 * 1920 / 2000)
     ckpt_dir = tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints"
     mid = periodic_checkpoints(ckpt_dir)[20]
-    state = torch.load(mid, weights_only=False)
+    state = torch.load(mid, weights_only=True)
     frames = state["rl_state"]["collected_frames"]
     assert 512 < frames < 1920
     saved = state["OffPolicyDataModule"]["replay_buffer"]
@@ -114,7 +114,7 @@ def test_prioritized_replay_updates_priorities_and_resumes(tmp_path):
     filled = sampler._priority[: len(full.datamodule.buffer)]
     assert (filled > 0).all() and filled.unique().numel() > 100  # TD errors, not the uniform start
     ckpt = periodic_checkpoints(tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints")[20]
-    state = torch.load(ckpt, weights_only=False)
+    state = torch.load(ckpt, weights_only=True)
     resumed = _run(tmp_path / "b", f"--data.init_args.total_frames={state['rl_state']['collected_frames']}",
                    "--data.init_args.prioritized=true", f"--ckpt_path={ckpt}")
     saved = state["OffPolicyDataModule"]["replay_buffer"]["_sampler"]["priority"]
@@ -144,7 +144,7 @@ def test_memmap_storage_writes_to_scratch_dir_and_resumes(tmp_path):
     assert isinstance(full.datamodule.buffer.storage, LazyMemmapStorage)
     assert any((tmp_path / "scratch_a" / "rank0").rglob("*.memmap"))
     ckpt = periodic_checkpoints(tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints")[20]
-    state = torch.load(ckpt, weights_only=False)
+    state = torch.load(ckpt, weights_only=True)
     resumed = _run(tmp_path / "b", f"--data.init_args.total_frames={state['rl_state']['collected_frames']}",
                    "--data.init_args.storage=memmap", f"--data.init_args.scratch_dir={tmp_path / 'scratch_b'}",
                    f"--ckpt_path={ckpt}")

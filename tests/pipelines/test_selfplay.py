@@ -54,7 +54,7 @@ def test_pool_is_bounded_checkpointed_and_played(tmp_path):
     assert total == 8 * 41 and 0.25 < selfplay.drawn["self"] / total < 0.6 and selfplay.drawn["static"] == 0
     # resume: the pool (and the draw stream) come back
     ckpt = periodic_checkpoints(tmp_path / "a" / "hockey" / "version_0" / "checkpoints")[20]
-    state = torch.load(ckpt, weights_only=False)
+    state = torch.load(ckpt, weights_only=True)
     saved = next(v for k, v in state["callbacks"].items() if "SelfPlay" in k)
     resumed = main(["--config", hockey_dqn_config(tmp_path / "b", callbacks),
                     f"--data.init_args.total_frames={state['rl_state']['collected_frames']}", f"--ckpt_path={ckpt}"])
