@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Literal
 
@@ -11,7 +12,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
-from torchrl.data import Unbounded
+from torchrl.data import TensorSpec, Unbounded
 from torchrl.envs import EnvBase, GymEnv, ParallelEnv, SerialEnv
 
 from envs.config import EnvConfig
@@ -138,6 +139,22 @@ class GymConfig(EnvConfig):
         return env
 
 
+def one_env_specs(one: EnvBase, name: str) -> tuple[TensorSpec, TensorSpec, TensorSpec, TensorSpec]:
+    """The observation, full action, full reward and full done specs of ``one``, TorchRL's wrapper of one gymnasium
+    env (``GymEnv`` / ``GymWrapper``, ``categorical_action_encoding``), for :class:`GymVectorEnv`.
+
+    Raises:
+        ValueError: an action space other than ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or ``Box`` (the
+            message names ``name``).
+    """
+    space = one._env.action_space
+    if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)):
+        raise ValueError(f"env.env_id={name!r}: action space {space} is not supported by the vector "
+                         f"backend (Discrete, MultiDiscrete, MultiBinary or Box); use backend: serial")
+    return one.observation_spec.clone(), one.full_action_spec.clone(), one.full_reward_spec.clone(), \
+        one.full_done_spec.clone()
+
+
 class GymVectorEnv(EnvBase):
     """``num_envs`` copies of a gymnasium env stepped as one gymnasium ``SyncVectorEnv``, as a native batched
     TorchRL env (``batch_size=[num_envs]``) that keeps its rows' episode returns itself.
@@ -163,6 +180,9 @@ class GymVectorEnv(EnvBase):
     Args:
         env_id: the gymnasium id. num_envs: B >= 1.
         render_mode: gymnasium's, for every env (``rgb_array``: :meth:`render_frame` works).
+        specs: the specs of one env (:func:`one_env_specs`); None: read off TorchRL's ``GymEnv(env_id)``.
+        make_vector: builds the gymnasium vector env of ``num_envs`` envs with same-step autoreset, on first use;
+            None: ``gym.make_vec(env_id, ...)`` in this process.
         device: where the TensorDicts live (the env steps on CPU). On CPU they carry no device (TorchRL and
             tensordict skip their device checks then: 17% less time per collected CartPole step).
 
@@ -171,23 +191,20 @@ class GymVectorEnv(EnvBase):
     """
 
     def __init__(self, env_id: str, num_envs: int, device: torch.device | str = "cpu",
-                 render_mode: str | None = None) -> None:
+                 render_mode: str | None = None, specs: tuple[TensorSpec, ...] | None = None,
+                 make_vector: Callable[[], gym.vector.VectorEnv] | None = None) -> None:
         super().__init__(device=None if device is None or torch.device(device).type == "cpu" else device,
                          batch_size=torch.Size([num_envs]))
-        one = GymEnv(env_id, categorical_action_encoding=True)
-        try:
-            space = one._env.action_space
-            if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary,
-                                      gym.spaces.Box)):
-                raise ValueError(f"env.env_id={env_id!r}: action space {space} is not supported by the vector "
-                                 f"backend (Discrete, MultiDiscrete, MultiBinary or Box); use backend: serial")
-            specs = [one.observation_spec, one.full_action_spec, one.full_reward_spec, one.full_done_spec]
-            if self.device is not None:
-                specs = [spec.to(self.device) for spec in specs]
-            observation, self.full_action_spec, self.full_reward_spec, self.full_done_spec = (
-                spec.expand(num_envs) for spec in specs)
-        finally:
-            one.close()
+        if specs is None:
+            one = GymEnv(env_id, categorical_action_encoding=True)
+            try:
+                specs = one_env_specs(one, env_id)
+            finally:
+                one.close()
+        if self.device is not None:
+            specs = tuple(spec.to(self.device) for spec in specs)
+        observation, self.full_action_spec, self.full_reward_spec, self.full_done_spec = (
+            spec.expand(num_envs) for spec in specs)
         self._obs_keys = list(observation.keys())
         self._obs_dtypes = {k: observation[k].dtype for k in self._obs_keys}
         self._reward_dtype = self.reward_spec.dtype
@@ -195,8 +212,10 @@ class GymVectorEnv(EnvBase):
         self.observation_spec = observation
         self.env_id = env_id
         drawing = {"render_mode": render_mode} if render_mode else {}  # (an env may not take the argument at all)
-        self.vector = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync", **drawing,
-                                   vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+        self._make_vector = make_vector or partial(
+            gym.make_vec, env_id, num_envs=num_envs, vectorization_mode="sync", **drawing,
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+        self._vector: gym.vector.VectorEnv | None = None
         self.render_mode = render_mode
         self._seed: int | None = None
         self._seeded_with: int | None = None  # the last seed given (what a resume state must match)
@@ -206,6 +225,14 @@ class GymVectorEnv(EnvBase):
         self._last: dict[str, Tensor] | None = None
         self._fresh = np.zeros(num_envs, dtype=bool)
         self._return = torch.zeros(num_envs, 1, dtype=self._reward_dtype, device=self.device)
+
+    @property
+    def vector(self) -> gym.vector.VectorEnv:
+        """The gymnasium vector env, built on first use (an env that is never stepped, such as the learner's copy
+        of a run with rollout workers, starts no emulator and no process)."""
+        if self._vector is None:
+            self._vector = self._make_vector()
+        return self._vector
 
     def _tensors(self, observation: np.ndarray | dict) -> dict[str, Tensor]:
         """A gymnasium batch of observations (an array, or a dict of arrays) as ``{key: [B, ...] tensor}``."""
@@ -220,25 +247,37 @@ class GymVectorEnv(EnvBase):
         # asks for them with or without ``_reset``: without when every row finished); the others are reset now
         if self._restored and rows.all():  # the collector's first reset after a resume: the restored step
             self._restored, self._seed = False, None
-            return TensorDict({**self._last, "episode_reward": self._return}, batch_size=self.batch_size,
-                              device=self.device)
+            return self._reset_output()
         stale = rows & ~self._fresh
         self._fresh &= ~rows
         if self._last is None or self._seed is not None or stale.all():  # first reset, new seed, or every row
             seed, self._seed = self._seed, None
-            observation, _ = self.vector.reset(seed=seed)
+            observation, info = self.vector.reset(seed=seed)
+            self._on_info(info, torch.ones(len(stale), dtype=torch.bool))
             self._fresh[:] = False
             self._return = torch.zeros_like(self._return)
             self._last = self._tensors(observation)
         elif stale.any():
-            observation, _ = self.vector.reset(options={"reset_mask": stale})
+            observation, info = self.vector.reset(options={"reset_mask": stale})
+            self._on_info(info, torch.from_numpy(stale))
             self._return = self._return.masked_fill(torch.as_tensor(stale).to(self.device).unsqueeze(-1), 0)
             self._last = self._tensors(observation)
-        return TensorDict({**self._last, "episode_reward": self._return}, batch_size=self.batch_size,
-                          device=self.device)
+        return self._reset_output()
+
+    def _reset_output(self) -> TensorDictBase:
+        out = {**self._last, "episode_reward": self._return}
+        self._extra(out, None)
+        return TensorDict(out, batch_size=self.batch_size, device=self.device)
+
+    def _on_info(self, info: dict, rows: Tensor | None) -> None:
+        """A subclass's hook: the vector env's ``info`` of a reset of ``rows`` (bool ``[B]``) or of a step (None)."""
+
+    def _extra(self, out: dict, done: Tensor | None) -> None:
+        """A subclass's hook: add entries to the output ``out`` of a step (``done`` ``[B, 1]``) or a reset (None)."""
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         observation, reward, terminated, truncated, info = self.vector.step(tensordict.get("action").cpu().numpy())
+        self._on_info(info, None)
         self._last = self._tensors(observation)
         done = terminated | truncated
         self._fresh = done.copy()
@@ -262,6 +301,7 @@ class GymVectorEnv(EnvBase):
         out["truncated"] = torch.as_tensor(truncated).to(dev).unsqueeze(-1)
         out["episode_reward"] = self._return + out["reward"]
         self._return = out["episode_reward"].masked_fill(out["done"], 0)  # a finished row's next episode starts at 0
+        self._extra(out, out["done"])
         return TensorDict(out, batch_size=self.batch_size, device=dev)
 
     def maybe_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -293,8 +333,8 @@ class GymVectorEnv(EnvBase):
         and generators (:func:`snapshot`), the current observations, fresh rows and returns, and the seed this
         env was given. Other envs (Box2D, ALE... hold state that is not plain attributes) give ``{}``: a resumed
         run starts new episodes there."""
-        if self._last is None or not all(type(e.unwrapped).__module__.startswith(RESTORABLE_MODULES)
-                                         for e in self.vector.envs):
+        if self._last is None or not isinstance(self.vector, gym.vector.SyncVectorEnv) or not all(
+                type(e.unwrapped).__module__.startswith(RESTORABLE_MODULES) for e in self.vector.envs):
             return {}
         return {"seed": self._seeded_with, "vector": snapshot(self.vector),
                 "envs": [snapshot(e) for e in self.vector.envs],
@@ -335,5 +375,6 @@ class GymVectorEnv(EnvBase):
         return np.asarray(self.vector.envs[row].render(), dtype=np.uint8)
 
     def close(self, *, raise_if_closed: bool = True) -> None:
-        self.vector.close()
+        if self._vector is not None:
+            self._vector.close()
         super().close(raise_if_closed=raise_if_closed)

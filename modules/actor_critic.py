@@ -25,6 +25,17 @@ class ActorCriticNetwork(nn.Module):
     in_keys: list[str]
     policy_keys: list[str] = []
 
+    def shape_actions(self, num_actions: int) -> None:
+        """Fit the policy head to the env's A discrete actions (called before training or loading weights). The
+        default checks a network that has a ``num_actions`` attribute.
+
+        Raises:
+            ValueError: the network was built for another number of actions (the message names both).
+        """
+        own = getattr(self, "num_actions", None)
+        if own is not None and own != num_actions:
+            raise ValueError(f"model.network.num_actions={own} does not fit the env, which has {num_actions} actions")
+
     @abstractmethod
     def encode(self, *observation: Tensor) -> Tensor:
         """Observation tensors ``[*B, ...]`` -> hidden state ``[*B, H]``."""
@@ -62,6 +73,7 @@ class MLPActorCritic(ActorCriticNetwork):
             raise ValueError(f"model.network.activation={activation!r} is not allowed: one of tanh, relu")
         act = nn.Tanh if activation == "tanh" else nn.ReLU
         self.in_keys = [observation_key]
+        self.num_actions = num_actions
         self.orthogonal_init = orthogonal_init
 
         def mlp(out: int) -> nn.Sequential:

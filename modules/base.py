@@ -85,7 +85,8 @@ class RLModule(CheckpointLoading, L.LightningModule):
     reduces them over ranks (mean) and writes them to every logger with the x-axis = collected frames
     (``frames`` = env steps summed over envs and ranks). Namespaces: ``rollout/`` (finished
     episodes: ``episode_return`` and every key the env reports under ``report``), ``train/``
-    (losses and diagnostics), ``time/`` (``frames_per_s``, ``episodes_per_min``, ``frames``,
+    (losses and diagnostics), ``time/`` (``frames_per_s``, ``episodes_per_min``, ``episodes_per_hour`` (long
+    games), ``frames``,
     ``optim_steps``).
     """
 
@@ -239,6 +240,7 @@ class RLModule(CheckpointLoading, L.LightningModule):
             elapsed = max(now - self._clock[0], 1e-9)
             self.record("time/frames_per_s", (frames - self._clock[1]) / elapsed)
             self.record("time/episodes_per_min", self._episodes * self._world_size() * 60.0 / elapsed)
+            self.record("time/episodes_per_hour", self._episodes * self._world_size() * 3600.0 / elapsed)
         self._clock, self._episodes = (now, frames), 0
         if isinstance(self.nonfinite_updates, Tensor):
             self.record("train/nonfinite_updates", self.nonfinite_updates)

@@ -91,7 +91,7 @@ class PPOModule(RLModule):
         self.critic = ValueOperator(network.value, in_keys=["hidden"])
         self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon)))  # scheduled (clip_schedule)
         self.gae = GAE(gamma=gamma, lmbda=gae_lambda, value_network=None)
-        self.gae.set_keys(reward="scaled_reward")
+        self.gae.set_keys(reward="scaled_reward", done="value_done", terminated="value_terminated")
         masked = action_mask_key is not None
         keys = [*network.in_keys, *network.policy_keys, *([action_mask_key] if masked else [])]
         self._policy = TensorPolicy(CategoricalPolicy(network, masked), keys, ["action", "action_log_prob", "hidden"])
@@ -103,7 +103,15 @@ class PPOModule(RLModule):
         return self._policy
 
     def prepare(self, specs: EnvSpecs) -> None:
-        """Materialise lazy layers on an example observation of the env."""
+        """Fit the policy head to the env's number of actions, then materialise lazy layers on an example
+        observation of the env.
+
+        Raises:
+            ValueError: the network was built for another number of actions.
+        """
+        space = getattr(specs.agent_action_spec, "space", None)
+        if hasattr(space, "n"):
+            self.network.shape_actions(int(space.n))
         self.materialize(specs.example_observation)
 
     def materialize(self, observation: TensorDict) -> None:
@@ -118,6 +126,10 @@ class PPOModule(RLModule):
         Values reuse the ``hidden`` state the collector's policy computed (same weights): the value of
         step t's next observation is step t + 1's value, except at the last step and after a
         truncation, where the next observation is encoded (after a termination it is not used).
+
+        Episodic life (Mnih et al. 2015): where the env writes ``end_of_life`` (``envs.games``: a life lost), GAE
+        treats it as a termination (no bootstrap, no advantage carried across), while the env's episode, and its
+        return in the logs, go on to the game's end.
         """
         batch = super().on_collected(batch)
         if self.hparams.clip_schedule == "linear":
@@ -129,8 +141,13 @@ class PPOModule(RLModule):
                 self.encoder(batch)
             value = self.critic(batch)["state_value"]  # [B, T, 1]
             next_value = torch.cat([value[:, 1:], torch.zeros_like(value[:, :1])], 1)
-            terminated = batch["next", "terminated"].squeeze(-1)
-            need = (batch["next", "done"].squeeze(-1) & ~terminated)
+            done, terminated = batch["next", "done"], batch["next", "terminated"]
+            end_of_life = batch.get(("next", "end_of_life"), None)
+            if end_of_life is not None:
+                done, terminated = done | end_of_life, terminated | end_of_life
+            batch["next", "value_done"], batch["next", "value_terminated"] = done, terminated
+            terminated = terminated.squeeze(-1)
+            need = (done.squeeze(-1) & ~terminated)
             need[:, -1] = ~terminated[:, -1]
             if bool(need.any()):
                 ends = batch["next"][need].select(*self.encoder.in_keys).clone()

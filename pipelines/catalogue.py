@@ -20,8 +20,9 @@ from pipelines.data import RLDataModule
 
 OWN = ("modules.", "pipelines.", "envs.", "callbacks.")
 # imported here so that jsonargparse knows them as subclasses (its help lists them, short names resolve)
-REGISTERED = ("callbacks", "envs.dvrp", "envs.gym", "envs.hockey", "envs.vacuum", "envs.vrptw", "modules.dqn",
-              "modules.ppo", "modules.reinforce", "modules.sac", "pipelines.episodes")
+REGISTERED = ("callbacks", "envs.dvrp", "envs.games.config", "envs.gym", "envs.hockey", "envs.vacuum", "envs.vrptw",
+              "modules.dqn", "modules.nature_cnn", "modules.ppo", "modules.reinforce", "modules.sac", "pipelines.episodes",
+              "pipelines.data.off_policy", "pipelines.data.on_policy")
 for _name in REGISTERED:
     importlib.import_module(_name)
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
@@ -48,7 +49,7 @@ def sections() -> dict[str, list[type]]:
 def summary_line(cls: type, width: int = 110) -> str:
     """The first sentence of a class's docstring (cut at ``width`` characters)."""
     paragraph = " ".join((inspect.getdoc(cls) or "").strip().split("\n\n")[0].split())
-    sentence = re.split(r"(?<!e\.g)(?<!i\.e)\. ", paragraph)[0].rstrip(".:")
+    sentence = re.split(r"(?<!e\.g)(?<!i\.e)(?<! al)\. ", paragraph)[0].rstrip(".:")
     return sentence if len(sentence) <= width else sentence[:width - 3].rsplit(" ", 1)[0] + " ..."
 
 

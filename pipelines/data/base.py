@@ -4,6 +4,7 @@ of collected batches (see :mod:`pipelines.data`)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Literal
 
 import lightning as L
 import torch
@@ -55,16 +56,24 @@ class RLDataModule(L.LightningDataModule):
         worker_timeout_s: with workers, the longest a batch (or a call on the workers' envs) may take: a worker
             that is stopped or stuck longer stops the run with an error naming it (raise it for envs whose
             batches take longer).
+        collector: with workers, ``sync`` (every batch is all workers' rows, collected with the latest weights:
+            strictly on-policy) or ``async`` (TorchRL ``MultiAsyncCollector``: workers collect on while the learner
+            trains; each batch is one worker's ``frames_per_batch`` frames, and ``time/policy_lag`` logs how many
+            training steps older than the learner's its frames' weights were, on average).
 
     Raises:
-        ValueError: a non-positive size, ``frames_per_batch`` not a multiple of ``num_envs``, or ``workers``
-            not dividing ``num_envs`` (the message names the keys).
+        ValueError: a non-positive size, ``frames_per_batch`` not a multiple of ``num_envs``, ``workers``
+            not dividing ``num_envs``, or ``collector: async`` without workers (the message names the keys).
     """
 
     def __init__(self, env: EnvConfig, num_envs: PositiveInt = 64, frames_per_batch: PositiveInt = 1920,
                  total_frames: PositiveInt = 1_000_000, seed: int | None = None, device: str | None = None, workers: int = 0,
-                 worker_timeout_s: PositiveFloat = 300.0) -> None:
+                 worker_timeout_s: PositiveFloat = 300.0, collector: Literal["sync", "async"] = "sync") -> None:
         super().__init__()
+        check(collector in ("sync", "async"), f"data.collector={collector!r} is not allowed: one of sync, async")
+        check(collector == "sync" or workers >= 1,
+              "data.collector=async needs rollout workers (data.workers >= 1): in-process envs collect in turn with "
+              "training")
         check(workers >= 0 and (workers == 0 or num_envs % workers == 0),
               f"data.workers={workers} is not allowed: 0 (envs in this process) or a divisor of data.num_envs={num_envs}")
         check(num_envs >= 1, f"data.num_envs must be >= 1, got {num_envs}")
@@ -82,6 +91,7 @@ class RLDataModule(L.LightningDataModule):
         self.device = device
         self.workers = int(workers)
         self.worker_timeout_s = float(worker_timeout_s)
+        self.asynchronous = collector == "async"
         self.env: EnvBase | None = None
         self.control: EnvControl | None = None
         self.self_play: bool | None = None  # None: no callbacks.SelfPlay in the run (see set_self_play)
@@ -196,7 +206,8 @@ class RLDataModule(L.LightningDataModule):
             if self.workers:
                 self._collector = WorkerCollector(self.env_config, self.num_envs, self.workers, self.first_seed, policy,
                                                   self.frames_per_batch, self.worker_timeout_s,
-                                                  self.control.startup_calls(), **self._collector_options())
+                                                  self.control.startup_calls(), asynchronous=self.asynchronous,
+                                                  **self._collector_options())
                 self.control.connect(self._collector)
             else:
                 self._collector = local_collector(self.env, policy, self.frames_per_batch,
@@ -271,6 +282,7 @@ class RLDataModule(L.LightningDataModule):
         module = self.trainer.lightning_module
         iterator = iter(self.collector())
         module.restore_rng()  # (after the collector is built: a resumed run draws on from the checkpoint's state)
+        collector = self.collector()
         while module.collected_frames < self.total_frames:
             self.check_stop()
             batch = next(iterator)
@@ -278,7 +290,13 @@ class RLDataModule(L.LightningDataModule):
                 hook = getattr(callback, "on_batch_collected", None)
                 if hook is not None:
                     hook(self.trainer, module, batch)
-            yield module.on_collected(batch)
+            version = batch.get("policy_version", None)
+            batch = module.on_collected(batch)
+            if version is not None:  # (recorded after on_collected, which writes the previous batch's metrics)
+                module.record("time/policy_lag", (collector.policy.version - version).float().mean())
+            yield batch
+            if hasattr(collector, "trained"):  # (the training steps on that batch are done)
+                collector.trained()
         self.trainer.should_stop = True
 
     def training_batches(self) -> Iterator[TensorDict]:

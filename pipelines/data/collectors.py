@@ -1,5 +1,7 @@
 """The collectors of the data path: the training envs stepped in this process (TorchRL ``Collector``) or in
-rollout worker processes (TorchRL ``MultiSyncCollector``). Both yield ``[B, T]`` batches of the latest policy.
+rollout worker processes (TorchRL ``MultiSyncCollector``: ``[B, T]`` batches of the latest policy; or
+``MultiAsyncCollector``: each worker's batch as soon as it is ready, its frames tagged with the policy version that
+played them, :class:`VersionedPolicy`).
 
 Worker processes use TorchRL's mechanisms only: the policy's weights reach them through the collector's
 shared-memory weight-sync scheme before every batch (``update_at_each_batch``), and named calls on their
@@ -20,7 +22,8 @@ from functools import partial
 import torch
 from tensordict import TensorDictBase
 from torch import nn
-from torchrl.collectors import Collector, MultiSyncCollector
+from tensordict.nn import TensorDictModuleBase
+from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 from torchrl.envs import EnvBase
 from torchrl.weight_update import SharedMemWeightSyncScheme
 
@@ -58,6 +61,32 @@ def _process_state(pid: int) -> str:
         return "?"
 
 
+class VersionedPolicy(TensorDictModuleBase):
+    """A collector's policy that tags every frame with the version of the weights that played it: ``policy_version``
+    ``[*B]`` int64, a buffer shared with the workers like the weights. The learner counts its training steps in
+    :attr:`version` (:meth:`bump` after each); a batch's lag in training steps is ``version - policy_version``.
+
+    Args:
+        policy: the collecting policy (its weights are this module's, under ``policy.``).
+    """
+
+    def __init__(self, policy: TensorDictModuleBase) -> None:
+        super().__init__()
+        self.policy = policy
+        self.in_keys = list(policy.in_keys)
+        self.out_keys = [*policy.out_keys, "policy_version"]
+        self.register_buffer("version", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        tensordict = self.policy(tensordict)
+        tensordict.set("policy_version", self.version.expand(tensordict.batch_size).clone())
+        return tensordict
+
+    def bump(self) -> None:
+        """One more training step done: frames collected from the next weight update on carry the new version."""
+        self.version += 1
+
+
 class WorkerCollector:
     """``workers`` processes of ``num_envs / workers`` envs each (TorchRL ``MultiSyncCollector``), collecting
     ``frames_per_batch`` frames per batch with the latest policy weights, the policy acting on CPU there.
@@ -75,10 +104,15 @@ class WorkerCollector:
         frames_per_batch: frames per collected batch over all workers.
         timeout_s: the longest a batch or a call on the workers may take before the run stops (seconds).
         startup_calls: per worker, the calls its env makes right after it is built (before its first reset).
-        **options: further ``MultiSyncCollector`` arguments (e.g. ``init_random_frames``).
+        asynchronous: TorchRL's ``MultiAsyncCollector``: each worker collects on while the learner trains, and every
+            batch is one worker's ``frames_per_batch`` frames, played by the weights of when each frame was played
+            (the policy is a :class:`VersionedPolicy`, whose :meth:`bump` the learner calls after each training
+            step); else ``MultiSyncCollector``: all workers collect a batch together with the latest weights.
+        **options: further collector arguments (e.g. ``init_random_frames``).
 
     Yields:
-        ``[num_envs, frames_per_batch / num_envs]`` batches (worker 0's rows first).
+        ``[num_envs, frames_per_batch / num_envs]`` batches (worker 0's rows first); asynchronous:
+        ``[num_envs / workers, frames_per_batch * workers / num_envs]`` batches of one worker's rows.
 
     Raises:
         RuntimeError: a worker process died, or sent no batch (or no answer to a call) within ``timeout_s``;
@@ -87,7 +121,7 @@ class WorkerCollector:
 
     def __init__(self, env_config: EnvConfig, num_envs: int, workers: int, first_seed: int, policy: nn.Module,
                  frames_per_batch: int, timeout_s: float, startup_calls: list[list[Call]] | None = None,
-                 **options) -> None:
+                 asynchronous: bool = False, **options) -> None:
         per = num_envs // workers
         calls = startup_calls or [[] for _ in range(workers)]
         make = [partial(make_worker_env, env_config, per, first_seed + w * per, calls[w]) for w in range(workers)]
@@ -96,10 +130,12 @@ class WorkerCollector:
         # sync=False: the workers' policy parameters are the shared buffer itself, which the learner updates
         # in place while they wait for their next batch; no acknowledgement to wait for (a dead worker's
         # missing acknowledgement would block the learner forever)
-        self._collector = MultiSyncCollector(make, policy, frames_per_batch=frames_per_batch, total_frames=-1,
-                                             device="cpu", update_at_each_batch=True,
-                                             weight_sync_schemes={"policy": SharedMemWeightSyncScheme(sync=False)},
-                                             **options)
+        self.asynchronous = asynchronous
+        self.policy = VersionedPolicy(policy) if asynchronous else policy
+        kind = MultiAsyncCollector if asynchronous else MultiSyncCollector
+        self._collector = kind(make, self.policy, frames_per_batch=frames_per_batch, total_frames=-1, device="cpu",
+                               update_at_each_batch=True,
+                               weight_sync_schemes={"policy": SharedMemWeightSyncScheme(sync=False)}, **options)
         self.pids = [proc.pid for proc in self._collector.procs]
 
     @property
@@ -150,7 +186,12 @@ class WorkerCollector:
         while True:
             with self._watch("batch"):
                 batch = next(iterator)
-            yield batch.reshape(-1, batch.shape[-1])  # [workers, envs per worker, T] -> [B, T]
+            yield batch.reshape(-1, batch.shape[-1])  # [workers, envs per worker, T] -> [B, T] (async: one worker's)
+
+    def trained(self) -> None:
+        """The learner finished a training step on the last batch (asynchronous: the policy's version goes up)."""
+        if self.asynchronous:
+            self.policy.bump()
 
     def shutdown(self) -> None:
         """Stop the workers (dead or stopped ones included) within :data:`SHUTDOWN_TIMEOUT_S`."""

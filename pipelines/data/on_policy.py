@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Literal
 
 import torch
 from jsonargparse.typing import PositiveFloat, PositiveInt
@@ -28,8 +29,10 @@ class OnPolicyDataModule(RLDataModule):
     def __init__(self, env: EnvConfig, num_envs: PositiveInt = 64, frames_per_batch: PositiveInt = 1920,
                  total_frames: PositiveInt = 1_000_000, ppo_epochs: PositiveInt = 4,
                  mini_batch_size: PositiveInt = 480, seed: int | None = None, device: str | None = None, workers: int = 0,
-                 worker_timeout_s: PositiveFloat = 300.0) -> None:
-        super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device, workers, worker_timeout_s)
+                 worker_timeout_s: PositiveFloat = 300.0,
+                 collector: Literal["sync", "async"] = "sync") -> None:
+        super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device, workers, worker_timeout_s,
+                         collector)
         check(ppo_epochs >= 1, f"data.ppo_epochs must be >= 1, got {ppo_epochs}")
         check(mini_batch_size >= 1 and frames_per_batch % mini_batch_size == 0,
               f"data.frames_per_batch={frames_per_batch} must be a multiple of data.mini_batch_size={mini_batch_size}")

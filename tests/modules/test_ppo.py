@@ -9,6 +9,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import Tensor
 from torchrl.modules import MaskedCategorical, ProbabilisticActor
+from torchrl.objectives.value import GAE
 
 from envs import make_env
 from envs.dvrp import DVRPConfig
@@ -83,6 +84,36 @@ def _dvrp_module() -> tuple[PPOModule, object]:
     return module, env
 
 
+def _reference_gae(module: PPOModule) -> GAE:
+    """TorchRL's GAE with the module's gamma and lambda on the env's own done and terminated entries."""
+    gae = GAE(gamma=module.hparams.gamma, lmbda=module.hparams.gae_lambda, value_network=None)
+    gae.set_keys(reward="scaled_reward")
+    return gae
+
+
+def test_end_of_life_ends_the_value_targets_only():
+    """Episodic life: an ``end_of_life`` inside an episode gives the advantages of an episode that terminated
+    there (TorchRL's GAE with done = terminated = True at that step), while the batch's done flags stay."""
+    gamma, lam = 0.9, 0.8
+    module = PPOModule(Readout(), gamma=gamma, gae_lambda=lam, reward_scale=1.0, action_mask_key=None)
+    batch = _trajectory([0.5, 1.0, -0.5, 2.0, 1.5, 0.3], [1.0, 0.0, 3.0, -1.0, 2.0], terminated_last=True)
+    eol = torch.zeros(1, 5, 1, dtype=torch.bool)
+    eol[0, 1] = True
+    reference = batch.clone()
+    reference["next", "done"] = reference["next", "done"] | eol
+    reference["next", "terminated"] = reference["next", "terminated"] | eol
+    reference["next", "scaled_reward"] = reference["next", "reward"]
+    reference["state_value"] = reference["observation"]
+    reference["next", "state_value"] = reference["next", "observation"]
+    _reference_gae(module)(reference)
+    batch["next", "end_of_life"] = eol
+    out = module.on_collected(batch)
+    torch.testing.assert_close(out["advantage"], reference["advantage"].reshape(-1, 1))
+    assert out["next", "done"].sum() == 1  # the env's episode did not end at the lost life
+    without = module.on_collected(_trajectory([0.5, 1.0, -0.5, 2.0, 1.5, 0.3], [1.0, 0.0, 3.0, -1.0, 2.0], True))
+    assert not torch.allclose(without["advantage"][:2], out["advantage"][:2])
+
+
 def test_value_reuse_equals_two_pass_gae():
     """The shortcut (values of next observations taken from the next step's hidden state) equals GAE
     with every next observation encoded, across episode ends inside the batch, terminated or truncated."""
@@ -95,7 +126,7 @@ def test_value_reuse_equals_two_pass_gae():
         reference["next", "scaled_reward"] = reference["next", "reward"] * 0.0125
         for td in (reference, reference["next"]):
             module.critic(module.encoder(td))
-        module.gae(reference)
+        _reference_gae(module)(reference)
     out = module.on_collected(batch)
     torch.testing.assert_close(out["advantage"], reference["advantage"].reshape(-1, 1), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out["value_target"], reference["value_target"].reshape(-1, 1), rtol=1e-5, atol=1e-5)

@@ -47,17 +47,25 @@ def _shm_files(pids: list[int]) -> set[str]:
     return {path for path in found if path.startswith("/dev/shm/") and not path.endswith("(deleted)")}
 
 
-def _run_with_fault(tmp_path, fault, *extra: str, raise_error: bool = False):
-    """Start a worker run, wait until it has a checkpoint, inject ``fault(pids)``; check that no worker process and
-    no shared-memory file of the run outlives it; returns (exit status, stderr, seconds from the fault to the
-    exit, pids, checkpoint folder). The run is killed if it outlives its limits."""
+VACUUM_RUN = ("vacuum", ["--config", VACUUM, "--data.init_args.env=" + json.dumps(
+    {"class_path": "envs.vacuum.VacuumConfig", "init_args": SMALL}), "--model.init_args.network.init_args.num_agents=2",
+    "--data.init_args.workers=2", "--data.init_args.init_random_frames=64"])
+# PPO on a game, one emulator per worker process (stable-retro's rule): killing the worker kills the emulator
+GAME_RUN = ("airstriker_ppo", ["--config", str(REPO / "configs" / "airstriker_ppo.yaml"), "--data.init_args.num_envs=2",
+                               "--data.init_args.workers=2", "--data.init_args.frames_per_batch=64",
+                               "--data.init_args.mini_batch_size=64", "--data.init_args.ppo_epochs=1"])
+
+
+def _run_with_fault(tmp_path, fault, *extra: str, raise_error: bool = False, run=VACUUM_RUN):
+    """Start a worker run (``run``: its logger name and arguments), wait until it has a checkpoint, inject
+    ``fault(pids)``; check that no worker process and no shared-memory file of the run outlives it; returns (exit
+    status, stderr, seconds from the fault to the exit, pids, checkpoint folder). The run is killed if it outlives
+    its limits."""
     ready = tmp_path / "pids.json"
-    env = json.dumps({"class_path": "envs.vacuum.VacuumConfig", "init_args": SMALL})
+    name, arguments = run
     probe = json.dumps({"class_path": "tests.pipelines.fault_probe.FaultProbe",
                         "init_args": {"out_file": str(ready), "raise_error": raise_error}})
-    command = [sys.executable, "-m", "pipelines.fit", "--config", VACUUM, f"--data.init_args.env={env}",
-               "--model.init_args.network.init_args.num_agents=2", "--data.init_args.workers=2",
-               "--data.init_args.total_frames=100000000", "--data.init_args.init_random_frames=64",
+    command = [sys.executable, "-m", "pipelines.fit", *arguments, "--data.init_args.total_frames=100000000",
                "--trainer.enable_progress_bar=false", f"--trainer.logger.init_args.save_dir={tmp_path}",
                "--trainer.callbacks=[]", "--trainer.callbacks+=callbacks.ModelCheckpoint",
                "--trainer.callbacks.every_n_train_steps=2", "--trainer.callbacks.save_last=true",
@@ -87,7 +95,7 @@ def _run_with_fault(tmp_path, fault, *extra: str, raise_error: bool = False):
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in pids["workers"]), "a worker process outlived the run"
     assert not [path for path in shm if os.path.exists(path)], "shared-memory files left behind"
-    folder = tmp_path / "vacuum" / "version_0" / "checkpoints"
+    folder = tmp_path / name / "version_0" / "checkpoints"
     return proc.returncode, stderr, elapsed, pids, folder
 
 
@@ -104,6 +112,14 @@ def test_a_killed_worker_stops_the_run(tmp_path):
         tmp_path, lambda pids: os.kill(pids["workers"][1], signal.SIGKILL))
     assert status != 0 and elapsed < STOP_WITHIN_S
     assert f"rollout worker 1 (pid {pids['workers'][1]}, exit code -9) died" in stderr, stderr[-3000:]
+    _checkpoints_intact(folder)
+
+
+def test_a_killed_emulator_worker_stops_the_run_with_its_name(tmp_path):
+    status, stderr, elapsed, pids, folder = _run_with_fault(
+        tmp_path, lambda pids: os.kill(pids["workers"][0], signal.SIGKILL), run=GAME_RUN)
+    assert status != 0 and elapsed < STOP_WITHIN_S
+    assert f"rollout worker 0 (pid {pids['workers'][0]}, exit code -9) died" in stderr, stderr[-3000:]
     _checkpoints_intact(folder)
 
 

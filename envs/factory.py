@@ -1,0 +1,86 @@
+"""The one factory that builds any env from its config (:func:`make_env`), and what a learner needs to know
+of an env before it acts in it (:class:`EnvSpecs`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict
+from torchrl.data import TensorSpec
+from torchrl.envs import ActionMask, Compose, EnvBase, RewardSum, TransformedEnv
+
+from envs.config import EnvConfig
+from envs.spec_record import spec_from_record, spec_record
+
+
+def make_env(config: EnvConfig, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
+    """Build ``config``'s env with ``num_envs`` rows seeded ``seed, seed + 1, ...`` plus the standard
+    transforms: ``RewardSum`` (``episode_reward``, the undiscounted return of the running episode) unless the
+    env writes ``episode_reward`` itself (``envs.gym.GymVectorEnv``) and, where the env emits ``action_mask``,
+    ``ActionMask`` (keeps ``action_spec``'s mask current, so ``rand_action`` and random rollouts respect it).
+    An env that needs no transform is returned as built (no ``TransformedEnv`` layer, whose per-step cost
+    shows on small batches); :func:`unwrap` gives the base env either way.
+
+    Raises:
+        ValueError: ``num_envs < 1``.
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    base = config.make(num_envs=num_envs, seed=seed, device=device)
+    transforms = [] if "episode_reward" in base.observation_spec.keys() else [RewardSum()]
+    if "action_mask" in base.observation_spec.keys():
+        transforms.append(ActionMask())
+    return TransformedEnv(base, Compose(*transforms)) if transforms else base
+
+
+def unwrap(env: EnvBase) -> EnvBase:
+    """The base env under ``env``'s transforms (``env`` itself when it has none)."""
+    return getattr(env, "base_env", env)
+
+
+@dataclass
+class EnvSpecs:
+    """What a learner builds its networks and losses on, read off an env.
+
+    Attributes:
+        action_spec: the action spec of one env (``action_spec_unbatched``; ``[R, ...]`` for R agents).
+        agent_action_spec: the action spec of one agent in one env (``action_spec`` for a single agent).
+        example_observation: a zero observation ``[B]`` with every action allowed (to shape lazy layers).
+        num_agents: R of a multi-agent env, else None.
+    """
+
+    action_spec: TensorSpec
+    agent_action_spec: TensorSpec
+    example_observation: TensorDict
+    num_agents: int | None
+
+    @classmethod
+    def of(cls, env: EnvBase, num_agents: int | None = None) -> EnvSpecs:
+        """The specs of ``env`` (built by :func:`make_env`; ``num_agents`` from its config)."""
+        spec = env.action_spec_unbatched
+        observation = env.observation_spec.zero()
+        for key in observation.keys(True, True):
+            name = key[-1] if isinstance(key, tuple) else key
+            if name == "action_mask":
+                observation[key] = torch.ones_like(observation[key])
+        return cls(spec, spec[0] if num_agents is not None else spec, observation, num_agents)
+
+    def record(self) -> dict:
+        """These specs as plain data (:mod:`envs.spec_record`; the example observation as a nested dict of tensors),
+        for a checkpoint that is read with ``weights_only=True``."""
+        return {"action_spec": spec_record(self.action_spec), "agent_action_spec": spec_record(self.agent_action_spec),
+                "example_observation": self.example_observation.cpu().to_dict(),
+                "batch_size": list(self.example_observation.batch_size), "num_agents": self.num_agents}
+
+    @classmethod
+    def from_record(cls, record: dict) -> EnvSpecs:
+        """The specs :meth:`record` recorded (on CPU).
+
+        Raises:
+            ValueError: a damaged record (unknown spec family or dtype).
+        """
+        observation = TensorDict(record["example_observation"], batch_size=record["batch_size"])
+        return cls(spec_from_record(record["action_spec"]), spec_from_record(record["agent_action_spec"]), observation,
+                   record["num_agents"])
+
