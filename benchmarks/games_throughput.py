@@ -3,7 +3,7 @@
     python benchmarks/games_throughput.py [--workers 1 2 4 8] [--seconds 30] [--sb3_frames 16384]
                                           [--skip_scaling] [--skip_sb3]
 
-1 torch thread per process, each contender alone in turn.
+1 torch thread per process (the Pong learners: ``--learner_threads``, 2, for both), each contender alone in turn.
 
 * **Scaling** (Airstriker-Genesis-v0, stable-retro's bundled game, the preprocessing of ``envs.games.GameConfig``):
   the PPO module's collector policy (Nature CNN, CPU inference in the workers) collecting through
@@ -14,7 +14,8 @@
   among the processes that map them), both in MB; the goal is <= 300 MB. The original system reported 350
   episodes/hour with 8 workers (training); ``vs_original`` compares episodes/hour per core used.
 * **SB3** (``ALE/Pong-v5``, RL Zoo's Atari PPO settings, 8 envs): ``pipelines.fit --config configs/pong_ppo.yaml``
-  for ``--sb3_frames`` frames against SB3's ``PPO("CnnPolicy")`` over ``make_atari_env`` (``SubprocVecEnv`` of 8
+  for ``--sb3_frames`` frames, with ALE's native vector env (the config's ``backend: ale_vector``) and with the
+  emulators under TorchRL's transforms in 2 rollout workers of 4 games each, against SB3's ``PPO("CnnPolicy")`` over ``make_atari_env`` (``SubprocVecEnv`` of 8
   processes, ``AtariWrapper``: the same preprocessing, no sticky actions) with ``VecFrameStack(4)`` and the same
   hyper-parameters. Each is timed from its second collected batch to the end of training (start-up excluded):
   frames/s = the frames in between / the time in between; the goal is ours / SB3 >= 1.3.
@@ -93,8 +94,9 @@ def collect(workers: int, seconds: float) -> dict:
             "worker_pss_mb": max(m["pss_mb"] for m in memory)}
 
 
-def ours_pong(frames: int) -> dict:
-    """``pipelines.fit`` on the Pong config for ``frames`` frames (no callbacks), in a subprocess. Timed from its
+def ours_pong(frames: int, *overrides: str) -> dict:
+    """``pipelines.fit`` on the Pong config (with ``overrides``) for ``frames`` frames (no callbacks), in a subprocess.
+    Timed from its
     first logged point (the second collected batch) to its last (the end of training), from the TensorBoard
     scalars ``time/frames``: the frames between over the wall time between."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -102,7 +104,7 @@ def ours_pong(frames: int) -> dict:
     with tempfile.TemporaryDirectory() as out:
         command = [sys.executable, "-m", "pipelines.fit", "--config", "configs/pong_ppo.yaml",
                    "--data.init_args.total_frames", str(frames), "--trainer.logger.init_args.save_dir", out,
-                   "--trainer.callbacks", "[]", "--trainer.enable_progress_bar", "false"]
+                   "--trainer.callbacks", "[]", "--trainer.enable_progress_bar", "false", *overrides]
         run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
         if run.returncode != 0:
             raise RuntimeError(f"pipelines.fit failed: {run.stderr[-3000:]}")
@@ -114,8 +116,19 @@ def ours_pong(frames: int) -> dict:
     return {"timed_frames": timed_frames, "timed_s": timed_s, "frames_per_s": timed_frames / timed_s}
 
 
-def sb3_pong(frames: int) -> dict:
-    """SB3's PPO on Pong with RL Zoo's Atari settings for ``frames`` frames: frames/s of ``learn``."""
+def _pong(**kwargs):
+    """Pong at one frame per step without sticky actions (SB3's ``AtariWrapper`` skips frames itself), in SB3's
+    env processes (which must register ALE's ids themselves)."""
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+    return gym.make(PONG, frameskip=1, repeat_action_probability=0.0, **kwargs)
+
+
+def sb3_pong(frames: int, threads: int) -> dict:
+    """SB3's PPO on Pong with RL Zoo's Atari settings for ``frames`` frames, its learner on ``threads`` torch
+    threads: frames/s of ``learn``."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_atari_env
@@ -124,8 +137,8 @@ def sb3_pong(frames: int) -> dict:
     def linear(start: float):
         return lambda remaining: remaining * start
 
-    env = VecFrameStack(make_atari_env(PONG, n_envs=8, seed=0, vec_env_cls=SubprocVecEnv,
-                                       env_kwargs={"repeat_action_probability": 0.0, "frameskip": 1}), n_stack=4)
+    torch.set_num_threads(threads)
+    env = VecFrameStack(make_atari_env(_pong, n_envs=8, seed=0, vec_env_cls=SubprocVecEnv), n_stack=4)
     model = PPO("CnnPolicy", env, n_steps=128, n_epochs=4, batch_size=256, learning_rate=linear(2.5e-4),
                 clip_range=linear(0.1), vf_coef=0.5, ent_coef=0.01, gamma=0.99, gae_lambda=0.95, max_grad_norm=0.5,
                 seed=0, device="cpu", verbose=0)
@@ -157,6 +170,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--seconds", type=float, default=30.0, help="timed collection per worker count")
     parser.add_argument("--sb3_frames", type=int, default=16_384, help="training frames per contender on Pong")
+    parser.add_argument("--learner_threads", type=int, default=2,
+                        help="torch threads of both learners on Pong (each collects, then updates: no overlap)")
     parser.add_argument("--skip_scaling", action="store_true")
     parser.add_argument("--skip_sb3", action="store_true")
     args = parser.parse_args()
@@ -181,11 +196,17 @@ def main() -> None:
                                      "original_per_core": ORIGINAL_EPISODES_PER_HOUR / 8,
                                      "ratio": per_core / (ORIGINAL_EPISODES_PER_HOUR / 8)}
     if not args.skip_sb3:
-        ours = ours_pong(args.sb3_frames)
-        print(f"ours Pong: {ours['frames_per_s']:.0f} frames/s", file=sys.stderr)
-        theirs = sb3_pong(args.sb3_frames)
+        threads = f"--num_threads={args.learner_threads}"
+        contenders = {"ale_vector": ours_pong(args.sb3_frames, threads),
+                      "emulators_2_workers": ours_pong(args.sb3_frames, threads,
+                                                       "--data.init_args.env.init_args.backend=emulators",
+                                                       "--data.init_args.workers=2")}
+        for name, r in contenders.items():
+            print(f"ours Pong, {name}: {r['frames_per_s']:.0f} frames/s", file=sys.stderr)
+        theirs = sb3_pong(args.sb3_frames, args.learner_threads)
         print(f"SB3 Pong: {theirs['frames_per_s']:.0f} frames/s", file=sys.stderr)
-        result["pong_ppo"] = {"ours": ours, "sb3": theirs, "ratio": ours["frames_per_s"] / theirs["frames_per_s"]}
+        result["pong_ppo"] = {"sb3": theirs, **{name: {**r, "ratio_to_sb3": r["frames_per_s"] / theirs["frames_per_s"]}
+                                                for name, r in contenders.items()}}
     print(json.dumps(result))
 
 

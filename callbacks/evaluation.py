@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 class PolicyEvaluation(L.Callback):
     """Every ``every_n_frames`` collected frames (and at the end), play the first episode of each of
     ``num_envs`` evaluation envs (seeds ``seed, seed + 1, ...``, the same episodes every time) with
-    the deterministic policy (:func:`envs.episodes.play_episodes`) and log ``eval/episode_return`` and the
+    the deterministic policy (sampled where the env config's ``stochastic_evaluation`` says so: games;
+    :func:`envs.episodes.play_episodes`) and log ``eval/episode_return`` and the
     env's ``report`` entries (``eval/<name>``). Envs that can draw their plan (``render_routes``) log row 0's
     as the image ``eval/routes``; envs that can draw a game (``render_game``, the hockey env) log a frame
     strip of row 0's first game as ``eval[/<name>]/game``; with ``video_frames``, envs that draw themselves
@@ -170,7 +171,9 @@ class PolicyEvaluation(L.Callback):
                 if hasattr(base, "render_game"):
                     images[prefix + "game"] = base.render_game(torch.stack(frames))
 
-        results = play_episodes(env, pl_module.collector_policy, 1, self.max_steps, on_step=draw_row0)
+        stochastic = pl_module.trainer.datamodule.env_config.stochastic_evaluation
+        results = play_episodes(env, pl_module.collector_policy, 1, self.max_steps, on_step=draw_row0,
+                                stochastic=stochastic, sample_seed=self.seed)
         metrics = {key: value.mean().item() for key, value in results.items()}
         for logger in pl_module.loggers:
             if not hasattr(logger.experiment, "add_image"):

@@ -36,12 +36,16 @@ class EnvConfig(ABC):
             per policy each (through the env's ``configure``, e.g. one opponent each); empty: one row as built.
         outcome_keys: ``report`` entries that are 0/1 episode outcomes; ``pipelines.evaluate`` reports
             their means as ``<key>_rate`` (e.g. ``won_rate``).
+        stochastic_evaluation: evaluations (``callbacks.PolicyEvaluation``, ``pipelines.evaluate``, videos) sample
+            the policy's actions instead of playing its mode (the convention for Atari games: RL Zoo evaluates them
+            so, as a greedy policy can repeat one move for ever).
     """
 
     embedding_model: nn.Module | None = None
     num_agents: int | None = None
     evaluation_settings: dict[str, dict] = {}
     outcome_keys: tuple[str, ...] = ()
+    stochastic_evaluation: bool = False
 
     def model_checkpoints(self) -> dict[str, str]:
         """Learned models this env needs from checkpoint files, ``{name: path}``. The pipeline that builds

@@ -49,9 +49,12 @@ def episode_results(step: TensorDictBase, finished: Tensor) -> dict[str, Tensor]
 
 def play_episodes(env: EnvBase, policy: Callable[[TensorDictBase], TensorDictBase], episodes_per_row: int = 1,
                   max_steps: int | None = None,
-                  on_step: Callable[[TensorDictBase, Tensor], None] | None = None) -> dict[str, Tensor]:
+                  on_step: Callable[[TensorDictBase, Tensor], None] | None = None,
+                  stochastic: bool = False, sample_seed: int = 0) -> dict[str, Tensor]:
     """Play the first ``episodes_per_row`` episodes of every row of ``env`` (from a reset) with ``policy``,
-    deterministically (``ExplorationType.DETERMINISTIC``, no gradients).
+    deterministically (``ExplorationType.DETERMINISTIC``), or with ``stochastic`` its actions sampled
+    (``ExplorationType.RANDOM``) from the torch RNG seeded ``sample_seed`` in a fork of it (the caller's random
+    stream, e.g. a training run's, is left as it was), with no gradients.
 
     Args:
         env: a batched env ``[B]`` (e.g. from ``envs.make_env``, with ``RewardSum``).
@@ -71,7 +74,10 @@ def play_episodes(env: EnvBase, policy: Callable[[TensorDictBase], TensorDictBas
     order: list[Tensor] = []
     td = env.reset()
     steps = 0
-    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+    exploration = ExplorationType.RANDOM if stochastic else ExplorationType.DETERMINISTIC
+    with torch.no_grad(), set_exploration_type(exploration), torch.random.fork_rng(devices=[], enabled=stochastic):
+        if stochastic:
+            torch.manual_seed(sample_seed)
         while bool((counts < episodes_per_row).any()) and (max_steps is None or steps < max_steps):
             step = env.step(policy(td))
             steps += 1

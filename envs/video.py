@@ -26,8 +26,9 @@ def can_render(env: EnvBase) -> bool:
 
 
 def record_episode(env: EnvBase, policy: Callable[[TensorDictBase], TensorDictBase], max_frames: int | None = None,
-                   max_steps: int = 100_000) -> list[np.ndarray]:
-    """Row 0's first episode of ``env`` played by ``policy`` (deterministically), one frame after every step
+                   max_steps: int = 100_000, stochastic: bool = False, sample_seed: int = 0) -> list[np.ndarray]:
+    """Row 0's first episode of ``env`` played by ``policy`` (deterministically, or with sampled actions when
+    ``stochastic``, seeded ``sample_seed``), one frame after every step
     (the state the step left, before a finished episode is reset), at most ``max_frames``.
 
     Returns:
@@ -47,7 +48,7 @@ def record_episode(env: EnvBase, policy: Callable[[TensorDictBase], TensorDictBa
             frames.append(base.render_frame(0))
         done = done or bool(finished[0])
 
-    play_episodes(env, policy, 1, max_steps, on_step=draw)
+    play_episodes(env, policy, 1, max_steps, on_step=draw, stochastic=stochastic, sample_seed=sample_seed)
     return frames
 
 

@@ -6,7 +6,7 @@
 
 The run's config is the ``config.yaml`` of the checkpoint's run folder (else the one the checkpoint records) unless
 ``--config`` gives it. Every policy plays the same episodes (the env is rebuilt with the same seed for each): the trained one
-(deterministic), the env's reference policies (``EnvConfig.baseline_policies``: ``random`` for any env, the
+(deterministic; sampled for games, ``EnvConfig.stochastic_evaluation``), the env's reference policies (``EnvConfig.baseline_policies``: ``random`` for any env, the
 scripted offer rules on DVRP), and with ``--compare_ckpt`` a second trained run (its own configs, e.g. an
 ablation) as the row ``<name>[<its last config's stem, or its run folder>]``. A row has the mean return with its standard error and
 the mean of every ``report`` entry the env gives at an episode's end (``<key>_rate`` for 0/1 outcomes such as
@@ -104,7 +104,8 @@ def _run_name(ckpt_path: str) -> str:
 def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int, seed: int,
          settings: dict | None = None, keep_plans: bool = False) -> dict:
     """Play ``episodes`` episodes of ``config``'s env (``num_envs`` rows seeded ``seed, seed + 1, ...``, the
-    first ``ceil(episodes / num_envs)`` episodes of each) with the policy ``make_policy(env)``, deterministically.
+    first ``ceil(episodes / num_envs)`` episodes of each) with the policy ``make_policy(env)``, deterministically
+    (sampled for an env config with ``stochastic_evaluation``: games).
 
     Args:
         settings: runtime settings applied through the env's ``configure`` first (e.g. an opponent).
@@ -128,7 +129,8 @@ def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int,
         plans.extend((int(counts[r]) * num_envs + r, plan) for r, plan in zip(rows, base.export_episodes(rows)))
         counts[finished] += 1
 
-    result = play_episodes(env, make_policy(env), -(-episodes // num_envs), on_step=export if keep_plans else None)
+    result = play_episodes(env, make_policy(env), -(-episodes // num_envs), on_step=export if keep_plans else None,
+                           stochastic=config.stochastic_evaluation, sample_seed=seed)
     env.close()
     out = {key: value[:episodes].double() for key, value in result.items()}
     out["plans"] = [plan for _, plan in sorted(plans, key=lambda p: p[0])][:episodes]
@@ -166,7 +168,7 @@ def record_video(config: EnvConfig, make_policy: Callable, path: str, seed: int,
         config.render_mode = "rgb_array"
     env = _env(config, 1, seed, settings)
     try:
-        frames = record_episode(env, make_policy(env))
+        frames = record_episode(env, make_policy(env), stochastic=config.stochastic_evaluation, sample_seed=seed)
     finally:
         env.close()
     write_video(path, frames, fps)

@@ -7,7 +7,9 @@ while ``episode_reward`` and ``report/game_score`` keep the raw game score."""
 from __future__ import annotations
 
 from functools import partial
+from typing import Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
@@ -56,9 +58,9 @@ class ResizeFrames(ObservationTransform):
 
 
 class GameVectorEnv(GymVectorEnv):
-    """The rows of a game env: ``num_envs`` emulators (:func:`envs.games.emulators.make_game`) stepped as one
-    gymnasium vector env (:class:`envs.gym.GymVectorEnv`: same-step autoreset, ``episode_reward`` = the raw game
-    score so far), plus the game's entries:
+    """The rows of a game env: ``num_envs`` emulators (:func:`envs.games.emulators.make_game` each, or ALE's own
+    vector env) stepped as one gymnasium vector env (:class:`envs.gym.GymVectorEnv`: same-step autoreset,
+    ``episode_reward`` = the raw game score so far), plus the game's entries:
 
     * ``end_of_life`` ``[B, 1]`` bool (with ``episodic_life``): a life was lost in this step, or the game ended.
       PPO ends its value targets there (Mnih et al. 2015's episodic life) while the game goes on, so
@@ -104,11 +106,19 @@ class GameVectorEnv(GymVectorEnv):
         if self.episodic_life:
             out["end_of_life"] = torch.zeros_like(self._eol) if done is None else self._eol | done
 
+    # TorchRL's reset of finished rows through _reset (which writes end_of_life and report), not the vector env's
+    # shortcut (an env without transforms: backend ale_vector with clip_rewards off)
+    maybe_reset = EnvBase.maybe_reset
+
     def render_frame(self, row: int = 0):
-        """Row ``row``'s screen now, ``[H, W, 3]`` uint8 (the emulator's own frame, before any preprocessing)."""
+        """Row ``row``'s screen now, ``[H, W, 3]`` uint8: the emulator's own frame, before any preprocessing (with
+        ``backend: ale_vector``, the newest preprocessed grayscale frame of the stack, as RGB)."""
         if self._last is None:
             raise ValueError(f"{self.env_id}: no frame yet (the env has not been reset)")
-        return self._last[PIXELS][row].cpu().numpy()
+        frame = self._last[PIXELS][row].cpu().numpy()
+        if frame.shape[-1] != 3:  # [frame_stack, H, W]
+            frame = np.repeat(frame[-1][..., None], 3, axis=-1)
+        return frame
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         super().close(raise_if_closed=raise_if_closed)
@@ -142,6 +152,14 @@ class GameConfig(EnvConfig):
             null: no button, each direction, each fire button, each direction with the first fire button.
         max_episode_steps: agent steps before a game is truncated (27,000 = 30 minutes at 60 Hz and frame skip 4);
             null: none.
+        backend: ``emulators`` (each game a gymnasium env, as above) or, for ALE games, ``ale_vector``: ALE's
+            native threaded vector env, which does the preprocessing itself in C++ (only the reward clipping is a
+            TorchRL transform then; :func:`envs.games.emulators.ale_vector_env`).
+        ale_threads: ``ale_vector``'s emulator threads (0: one per core).
+
+    Evaluations sample the policy's actions (``stochastic_evaluation``, RL Zoo's convention for Atari): a greedy
+    policy can repeat one move for ever (on Airstriker, a policy whose sampled play scored about 2,000 per game
+    scored 340 greedily).
 
     Raises:
         ValueError: an unknown game (with the closest names), a stable-retro game whose ROM is missing (with the
@@ -149,10 +167,13 @@ class GameConfig(EnvConfig):
             before any work (one emulator is started and closed to read the specs).
     """
 
+    stochastic_evaluation = True
+
     def __init__(self, game: str = "Airstriker-Genesis-v0", frame_skip: int = 4, noop_max: int = 30,
                  sticky_actions: float = 0.0, episodic_life: bool = True, screen_size: int = 84,
                  frame_stack: int = 4, clip_rewards: bool = True, actions: list[list[str]] | None = None,
-                 max_episode_steps: int | None = 27_000) -> None:
+                 max_episode_steps: int | None = 27_000, backend: Literal["emulators", "ale_vector"] = "emulators",
+                 ale_threads: int = 0) -> None:
         require(frame_skip >= 1, "frame_skip", frame_skip, "an integer >= 1 (emulator frames per agent step)")
         require(noop_max >= 0, "noop_max", noop_max, "an integer >= 0")
         require(0.0 <= sticky_actions < 1.0, "sticky_actions", sticky_actions, "a probability in [0, 1)")
@@ -160,24 +181,47 @@ class GameConfig(EnvConfig):
         require(frame_stack >= 1, "frame_stack", frame_stack, "an integer >= 1")
         require(max_episode_steps is None or max_episode_steps >= 1, "max_episode_steps", max_episode_steps,
                 "null or an integer >= 1")
+        require(backend in ("emulators", "ale_vector"), "backend", backend, "one of emulators, ale_vector")
+        require(backend == "emulators" or emulators.is_ale(game), "backend", backend,
+                f"ale_vector plays ALE games only (env.game={game!r})")
+        require(ale_threads >= 0, "ale_threads", ale_threads, "an integer >= 0 (0: one per core)")
         emulators.check_game(game)
         self.game = game
+        self.backend, self.ale_threads = backend, int(ale_threads)
         self.frame_skip, self.noop_max, self.sticky_actions = int(frame_skip), int(noop_max), float(sticky_actions)
         self.episodic_life, self.clip_rewards = bool(episodic_life), bool(clip_rewards)
         self.screen_size, self.frame_stack = int(screen_size), int(frame_stack)
         self.actions = [list(a) for a in actions] if actions is not None else None
         self.max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
         # one emulator started and closed (also checks the action set against the console); the specs from its spaces
-        self._spaces = emulators.game_spaces(self.game_fn())
+        if backend == "ale_vector":
+            probe = self.ale_vector_fn(1)()
+            self._spaces = (probe.single_observation_space, probe.single_action_space)
+            probe.close()
+        else:
+            self._spaces = emulators.game_spaces(self.game_fn())
         self._specs = one_env_specs(GymWrapper(emulators.SpacesOnly(*self._spaces), categorical_action_encoding=True),
                                     game)
+        if backend == "ale_vector":  # (TorchRL names a stack of frames "observation")
+            self._specs[0][PIXELS] = self._specs[0].pop("observation")
 
     def game_fn(self, render_mode: str | None = None):
         """A picklable zero-argument callable that builds one emulator (:func:`envs.games.emulators.make_game`)."""
         return partial(emulators.make_game, self.game, self.frame_skip, self.noop_max, self.sticky_actions,
                        self.actions, self.max_episode_steps, render_mode)
 
+    def ale_vector_fn(self, num_envs: int):
+        """A zero-argument callable that builds ALE's vector env of ``num_envs`` games (``backend: ale_vector``)."""
+        return partial(emulators.ale_vector_env, self.game, num_envs, self.frame_skip, self.noop_max,
+                       self.sticky_actions, self.screen_size, self.frame_stack, self.max_episode_steps, self.ale_threads)
+
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
+        if self.backend == "ale_vector":
+            base = GameVectorEnv(self.game, num_envs, device, self._specs, self.ale_vector_fn(num_envs),
+                                 self.episodic_life, claimed=False)
+            env = TransformedEnv(base, RewardClipping(-1.0, 1.0)) if self.clip_rewards else base
+            env.set_seed(seed)
+            return env
         if emulators.is_ale(self.game):  # any number of ALE emulators per process
             claimed = asynchronous = False
         else:

@@ -316,6 +316,31 @@ class _InChild:
         return SpacesOnly(*self.spaces) if os.getpid() == self.parent else self.game_fn()
 
 
+def ale_vector_env(game: str, num_envs: int, frame_skip: int = 4, noop_max: int = 30, sticky_actions: float = 0.0,
+                   screen_size: int = 84, frame_stack: int = 4, max_episode_steps: int | None = 27_000,
+                   num_threads: int = 0) -> gym.vector.VectorEnv:
+    """ALE's native vector env (``ale_py.vector_env.AtariVectorEnv``: the emulators stepped by C++ threads, the
+    preprocessing done there too: frame skip with the max of the last two frames, random no-op starts, sticky
+    actions, grayscale, resize, frame stack) with same-step autoreset, unclipped rewards, no fire reset and lives in
+    ``info``: the same observations as :func:`make_game` under the TorchRL transforms, up to the resize's
+    interpolation. Observations ``[num_envs, frame_stack, screen_size, screen_size]`` uint8.
+
+    Args:
+        game: ``ALE/<Name>-v5``. num_threads: emulator threads (0: one per core).
+        (the rest as :func:`make_game`)
+    """
+    import ale_py
+    from ale_py.vector_env import AtariVectorEnv
+
+    gym.register_envs(ale_py)
+    frames = 108_000 if max_episode_steps is None else max_episode_steps * frame_skip
+    return AtariVectorEnv(gym.spec(game).kwargs["game"], num_envs, num_threads=num_threads, frameskip=frame_skip,
+                          noop_max=noop_max, repeat_action_probability=float(sticky_actions), img_height=screen_size,
+                          img_width=screen_size, stack_num=frame_stack, grayscale=True, maxpool=True,
+                          episodic_life=False, reward_clipping=False, use_fire_reset=False,
+                          max_num_frames_per_episode=frames, autoreset_mode="SameStep")
+
+
 def vector_env(game_fn, num_envs: int, asynchronous: bool, spaces: tuple[gym.Space, gym.Space]) -> gym.vector.VectorEnv:
     """``num_envs`` copies of ``game_fn()`` (a picklable zero-argument callable; its game's ``spaces``) as one gymnasium
     vector env with same-step autoreset: in this process (``SyncVectorEnv``) or one process per copy

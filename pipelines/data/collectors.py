@@ -133,9 +133,13 @@ class WorkerCollector:
         self.asynchronous = asynchronous
         self.policy = VersionedPolicy(policy) if asynchronous else policy
         kind = MultiAsyncCollector if asynchronous else MultiSyncCollector
+        # the learner's torch threads: TorchRL leaves it cores - workers (1 with 8 workers on 2 cores), right when
+        # both run at once (async); a synchronous learner updates while the workers wait, and keeps its own
+        threads = {} if asynchronous else {"num_threads": torch.get_num_threads()}
         self._collector = kind(make, self.policy, frames_per_batch=frames_per_batch, total_frames=-1, device="cpu",
                                update_at_each_batch=True,
-                               weight_sync_schemes={"policy": SharedMemWeightSyncScheme(sync=False)}, **options)
+                               weight_sync_schemes={"policy": SharedMemWeightSyncScheme(sync=False)}, **threads,
+                               **options)
         self.pids = [proc.pid for proc in self._collector.procs]
 
     @property

@@ -185,3 +185,32 @@ def test_the_default_action_set_presses_console_buttons():
         assert env.action_spec.space.n == 3
     finally:
         env.close()
+
+
+def test_ales_native_vector_backend_plays_the_same_games():
+    """``backend: ale_vector`` (ALE's C++ preprocessing) against the emulators under the TorchRL transforms, Pong
+    without no-ops: the same rewards and episode ends for the same actions, and frames that differ only by the
+    resize's rounding."""
+    def play(backend: str):
+        env = make_env(GameConfig(PONG, noop_max=0, backend=backend, ale_threads=1), 2, 0)
+        try:
+            actions = _actions(env, 300)
+            td = env.reset()
+            frames, rewards = [], []
+            for action in actions:
+                td["action"] = action
+                step, td = env.step_and_maybe_reset(td)
+                frames.append(step["next", "pixels"].float())
+                rewards.append(step["next", "reward"])
+            return torch.stack(frames), torch.stack(rewards), unwrap(env)
+        finally:
+            env.close()
+
+    native, native_rewards, base = play("ale_vector")
+    ours, our_rewards, _ = play("emulators")
+    assert native.shape == ours.shape == (300, 2, 4, 84, 84)
+    torch.testing.assert_close(native_rewards, our_rewards)
+    assert our_rewards.abs().sum() > 0  # points were scored
+    assert (native - ours).abs().mean() < 2.0  # grey levels of 0..255
+    with pytest.raises(ValueError, match="ale_vector plays ALE games only"):
+        GameConfig(AIRSTRIKER, backend="ale_vector")

@@ -38,11 +38,19 @@ def _fit(tmp_path, frames: int, *extra: str, timeout: float = 300) -> subprocess
 
 
 def test_a_worker_run_logs_the_game_score_and_its_checkpoint_plays_and_films_a_game(tmp_path, capsys):
-    run = _fit(tmp_path, 512)
+    evaluation = json.dumps({"class_path": "callbacks.PolicyEvaluation",
+                             "init_args": {"every_n_frames": 256, "num_envs": 2, "video_frames": 8}})
+    run = _fit(tmp_path, 512, f"--trainer.callbacks+={evaluation}")
     assert run.returncode == 0, run.stderr[-3000:]
     folder = tmp_path / "airstriker_ppo" / "version_0"
     scalars = read_scalars(str(folder))
-    assert {"rollout/game_score", "time/episodes_per_hour", "time/frames_per_s", "train/loss"} <= set(scalars)
+    assert {"rollout/game_score", "time/episodes_per_hour", "time/frames_per_s", "train/loss",
+            "eval/game_score"} <= set(scalars)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"images": 0})
+    events.Reload()
+    assert "eval/video" in events.Tags()["images"]  # the clip of an evaluation game
     # the raw score of whole games (the episode's return is the unclipped game score too)
     assert (scalars["rollout/game_score"][1] == scalars["rollout/episode_return"][1]).all()
     from pipelines.evaluate import main
@@ -133,12 +141,15 @@ def test_import_roms_imports_a_renamed_rom_and_lists_the_playable_games(tmp_path
     assert missing.returncode == 2 and "not a directory" in missing.stderr
 
 
-def test_a_game_without_its_rom_stops_the_run_before_any_work(tmp_path):
-    run = _fit(tmp_path, 256, "--data.init_args.env.init_args.game=Jackal-Nes-v0", timeout=120)
+def test_the_jackal_config_without_its_rom_stops_before_any_work(tmp_path):
+    command = [sys.executable, "-m", "pipelines.fit", "--config", str(REPO / "configs" / "jackal_ppo.yaml"),
+               f"--trainer.logger.init_args.save_dir={tmp_path}"]
+    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
     assert run.returncode != 0
     assert "env.game='Jackal-Nes-v0': its ROM is not installed" in run.stderr
     assert "python -m pipelines.import_roms DIR" in run.stderr
-    assert not (tmp_path / "airstriker_ppo").exists()
+    assert not any(tmp_path.iterdir())
 
 
 def test_an_asynchronous_collector_trains_on_batches_of_recent_weights(tmp_path):
@@ -178,3 +189,52 @@ def test_airstriker_ppo_beats_random(tmp_path, capsys):
     ppo, random = table["ppo"], table["random"]
     margin = 2 * (ppo["return_se"] ** 2 + random["return_se"] ** 2) ** 0.5
     assert ppo["mean_game_score"] - random["mean_game_score"] > margin, table
+
+
+def test_games_are_evaluated_with_sampled_actions():
+    """``GameConfig.stochastic_evaluation``: evaluations play the policy's samples (RL Zoo's Atari convention);
+    other envs play its mode."""
+    from torchrl.envs.utils import ExplorationType, exploration_type
+
+    from envs.episodes import play_episodes
+    from envs.gym import GymConfig
+
+    seen = []
+
+    def policy(td):
+        seen.append(exploration_type())
+        td["action"] = torch.zeros(td.batch_size, dtype=torch.long)
+        return td
+
+    for config, expected in ((GameConfig("ALE/Pong-v5"), ExplorationType.RANDOM),
+                             (GymConfig("CartPole-v1"), ExplorationType.DETERMINISTIC)):
+        seen.clear()
+        env = make_env(config, 1, 0)
+        play_episodes(env, policy, 1, max_steps=3, stochastic=config.stochastic_evaluation)
+        env.close()
+        assert seen and set(seen) == {expected}
+
+
+def test_a_sampled_evaluation_is_seeded_and_leaves_the_callers_random_stream_alone():
+    config = GameConfig("ALE/Pong-v5", max_episode_steps=60)
+    module = PPOModule(NatureCNNActorCritic(), action_mask_key=None)
+    env = make_env(config, 2, 0)
+    module.build_on(EnvSpecs.of(env))
+    env.close()
+
+    def actions_of(sample_seed: int) -> torch.Tensor:
+        from envs.episodes import play_episodes
+
+        actions = []
+        env = make_env(config, 2, 0)
+        play_episodes(env, module.collector_policy, 1, stochastic=True, sample_seed=sample_seed,
+                      on_step=lambda step, finished: actions.append(step["action"].clone()))
+        env.close()
+        return torch.stack(actions)
+
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first = actions_of(7)
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.testing.assert_close(actions_of(7), first)
+    assert not torch.equal(actions_of(8), first)
