@@ -8,15 +8,10 @@ emulators, not torch.
 
 from __future__ import annotations
 
-import importlib
+from envs.lazy import lazy_exports
 
 _EXPORTS = {"EnvConfig": "envs.config", "EnvSpecs": "envs.factory", "make_env": "envs.factory",
             "unwrap": "envs.factory"}
 
 __all__ = list(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'envs' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

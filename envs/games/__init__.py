@@ -4,15 +4,10 @@ emulator processes import only it). Names are imported on first use, as in :mod:
 
 from __future__ import annotations
 
-import importlib
+from envs.lazy import lazy_exports
 
 _EXPORTS = {"GameConfig": "envs.games.config", "GameVectorEnv": "envs.games.config",
             "ResizeFrames": "envs.games.config"}
 
 __all__ = list(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'envs.games' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -199,7 +199,7 @@ class GameConfig(EnvConfig):
             self._spaces = (probe.single_observation_space, probe.single_action_space)
             probe.close()
         else:
-            self._spaces = emulators.game_spaces(self.game_fn())
+            self._spaces = emulators.game_spaces(game, self.game_fn())
         self._specs = one_env_specs(GymWrapper(emulators.SpacesOnly(*self._spaces), categorical_action_encoding=True),
                                     game)
         if backend == "ale_vector":  # (TorchRL names a stack of frames "observation")

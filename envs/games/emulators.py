@@ -282,22 +282,20 @@ class SpacesOnly(gym.Env):
         raise RuntimeError("SpacesOnly has no game to step")
 
 
-def game_spaces(game_fn) -> tuple[gym.Space, gym.Space]:
-    """The observation and action spaces of ``game_fn()``: read in this process where it may hold the emulator
-    (:func:`claim_in_process_emulator`), else in a spawned child process."""
-    game = game_fn.args[0]
-    if claim_in_process_emulator(game):
-        env = game_fn()
-        try:
-            return env.observation_space, env.action_space
-        finally:
-            env.close()
-            release_in_process_emulator(game)
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_spaces_in_child, game_fn).result()
+def game_spaces(game: str, game_fn) -> tuple[gym.Space, gym.Space]:
+    """The observation and action spaces of ``game_fn()`` (an emulator of ``game``): read in this process where it
+    may hold the emulator (:func:`claim_in_process_emulator`), else in a spawned child process."""
+    if not claim_in_process_emulator(game):
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(_spaces_of, game_fn).result()
+    try:
+        return _spaces_of(game_fn)
+    finally:
+        release_in_process_emulator(game)
 
 
-def _spaces_in_child(game_fn) -> tuple[gym.Space, gym.Space]:
+def _spaces_of(game_fn) -> tuple[gym.Space, gym.Space]:
+    """Start ``game_fn()``, read its spaces, close it."""
     env = game_fn()
     try:
         return env.observation_space, env.action_space

@@ -28,15 +28,10 @@ The names are imported on first use (PEP 562): a rollout worker process imports
 
 from __future__ import annotations
 
-import importlib
+from envs.lazy import lazy_exports
 
 _EXPORTS = {"OffPolicyDataModule": "pipelines.data.off_policy", "OnPolicyDataModule": "pipelines.data.on_policy",
             "RLDataModule": "pipelines.data.base", "StopRequested": "pipelines.data.base"}
 
 __all__ = list(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'pipelines.data' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
