@@ -13,10 +13,13 @@ from pipelines.fit import FitCLI
 
 
 class _Clock(L.Callback):
-    """Wall time, finished episodes and collected frames between the first and the last training batch."""
+    """Wall time, finished episodes and collected frames between training batch ``start_batch`` and the last."""
+
+    def __init__(self, start_batch: int = 0) -> None:
+        self.start_batch = start_batch
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if batch_idx == 0:
+        if batch_idx == self.start_batch:
             self.start, self.episodes0, self.frames0 = time.perf_counter(), pl_module.finished_episodes, pl_module.collected_frames
             self.step0 = trainer.global_step
 
@@ -27,17 +30,20 @@ class _Clock(L.Callback):
         self.updates = trainer.global_step - self.step0
 
 
-def timed_fit(args: list[str]) -> tuple[dict[str, float], FitCLI]:
-    """Fit with the ``pipelines.fit`` command-line ``args`` (no logger or checkpoints are added here).
+def timed_fit(args: list[str], start_batch: int = 0,
+              callbacks: list[L.Callback] = ()) -> tuple[dict[str, float], FitCLI]:
+    """Fit with the ``pipelines.fit`` command-line ``args`` (no logger or checkpoints are added here), timed from
+    training batch ``start_batch`` on (the batches before it warm up: CUDA start, compilation), with ``callbacks``
+    added to the config's.
 
     Returns:
         ``{frames_per_s, episodes_per_min, updates_per_s, frames, episodes, updates, seconds}`` of the timed
         part, and the CLI (its ``model``, ``trainer``).
     """
-    clock = _Clock()
+    clock = _Clock(start_batch)
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                  save_config_callback=None, auto_configure_optimizers=False, args=args)
-    cli.trainer.callbacks.append(clock)
+    cli.trainer.callbacks.extend([clock, *callbacks])
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     return {"frames_per_s": clock.frames / clock.seconds, "episodes_per_min": clock.episodes / clock.seconds * 60,
             "updates_per_s": clock.updates / clock.seconds, "frames": clock.frames, "episodes": clock.episodes,

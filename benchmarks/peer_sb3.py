@@ -1,7 +1,7 @@
 """Peer benchmark: the same DQN, SAC or PPO run here and in Stable-Baselines3, in one command.
 
     python benchmarks/peer_sb3.py [--config configs/cartpole_dqn.yaml] [--total_frames N] [--episodes 32]
-        [--seed S] [--eval_seed S] [--quick]
+        [--seed S] [--eval_seed S] [--quick] [--device cpu|cuda] [--compile_mode MODE]
     python benchmarks/peer_sb3.py --config configs/pendulum_sac.yaml    # SAC on Pendulum-v1
     python benchmarks/peer_sb3.py --config configs/cartpole_ppo.yaml    # PPO on CartPole-v1 (8 envs)
 
@@ -255,8 +255,11 @@ def summarise(returns: torch.Tensor) -> dict[str, float]:
             "eval_return_se": (returns.std() / math.sqrt(returns.numel())).item() if returns.numel() > 1 else 0.0}
 
 
-def train_ours(config: dict, total_frames: int, seed: int, episodes: int, eval_seed: int) -> dict:
-    """Fit the config (in this process) and play the greedy policy; runs in its own process."""
+def train_ours(config: dict, total_frames: int, seed: int, episodes: int, eval_seed: int, device: str = "cpu",
+               compile_mode: str | None = None) -> dict:
+    """Fit the config (in this process) and play the greedy policy; runs in its own process. ``device`` ``cuda``
+    trains with ``--trainer.accelerator=gpu``; ``compile_mode`` sets ``model.compile`` with that mode (``default``,
+    ``reduce-overhead``, ...)."""
     torch.set_num_threads(1)
     from pipelines.evaluate import play  # in the trainer's process only (see the module note)
     from pipelines.fit import main
@@ -266,6 +269,9 @@ def train_ours(config: dict, total_frames: int, seed: int, episodes: int, eval_s
     trainer["callbacks"] = [c for c in trainer.get("callbacks") or []
                             if isinstance(c, dict) and c.get("class_path", "").endswith("EpsilonDecay")]
     trainer.update(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer["accelerator"] = "gpu" if device == "cuda" else "cpu"
+    if compile_mode is not None:
+        config["model"].setdefault("init_args", {}).update(compile=True, compile_mode=compile_mode)
     config["num_threads"] = 1
     config["seed_everything"] = seed
     config["data"].setdefault("init_args", {}).update(total_frames=total_frames, seed=seed)
@@ -306,7 +312,7 @@ class SB3Policy:
         return td
 
 
-def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int) -> dict:
+def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: str = "cpu") -> dict:
     """Train SB3's DQN, SAC or PPO (``hp["algorithm"]``) with ``hp`` and play its greedy policy on ``env_spec``; runs
     in its own process."""
     torch.set_num_threads(1)
@@ -325,7 +331,7 @@ def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int) -> dict:
     env_id, n_envs, total, seed = hp.pop("env_id"), hp.pop("n_envs"), hp.pop("total_timesteps"), hp.pop("seed")
     start = time.perf_counter()
     env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
-    model = algorithm("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **hp)
+    model = algorithm("MlpPolicy", env, seed=seed, device=device, verbose=0, **hp)
     model.learn(total_timesteps=total)
     wall = time.perf_counter() - start
     peak = peak_rss_mb()  # before the evaluation imports this framework's stack
@@ -358,6 +364,10 @@ def main() -> None:
     parser.add_argument("--eval_seed", type=int, default=10_000_000, help="seed of the evaluation episodes")
     parser.add_argument("--quick", action="store_true", help="smoke run: the warm-up plus 4 training phases")
     parser.add_argument("--only", choices=["ours", "sb3"], default=None, help="run one trainer only")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where both learners train (ours: --trainer.accelerator=gpu; SB3: device=cuda)")
+    parser.add_argument("--compile_mode", default=None,
+                        help="ours with model.compile=true and this torch.compile mode (default, reduce-overhead, ...)")
     args = parser.parse_args()
     if args.only != "ours" and importlib.util.find_spec("stable_baselines3") is None:
         sys.exit(MISSING_SB3)
@@ -372,15 +382,19 @@ def main() -> None:
     hp, caveats = sb3_hyperparameters(config, total, seed)
     result: dict = {"config": os.path.relpath(os.path.abspath(args.config), ROOT), "env": hp["env_id"],
                     "total_frames": total, "seed": seed, "eval_seed": args.eval_seed, "episodes": episodes,
-                    "threads": 1, "machine": {"cpu": platform.processor() or platform.machine(),
-                                              "cores": os.cpu_count(), "torch": torch.__version__}}
+                    "threads": 1, "device": args.device, "compile_mode": args.compile_mode, "machine": {"cpu": platform.processor() or platform.machine(),
+                                              "cores": os.cpu_count(), "torch": torch.__version__,
+                                              "gpu": torch.cuda.get_device_name() if args.device == "cuda"
+                                              else None}}
     if args.only != "sb3":
         print(f"ours: fitting {args.config} for {total} frames ...", file=sys.stderr, flush=True)
-        result["ours"] = isolated(train_ours, config, total, seed, episodes, args.eval_seed)
+        result["ours"] = isolated(train_ours, config, total, seed, episodes, args.eval_seed, args.device,
+                                  args.compile_mode)
         print(f"ours: {result['ours']}", file=sys.stderr, flush=True)
     if args.only != "ours":
         print(f"sb3: {hp['algorithm']} {hp} ...", file=sys.stderr, flush=True)
-        result["sb3"] = isolated(train_sb3, hp, config["data"]["init_args"]["env"], episodes, args.eval_seed)
+        result["sb3"] = isolated(train_sb3, hp, config["data"]["init_args"]["env"], episodes, args.eval_seed,
+                                 args.device)
         print(f"sb3: {result['sb3']}", file=sys.stderr, flush=True)
     if "ours" in result and "sb3" in result:
         result["ratio"] = result["ours"]["steps_per_s"] / result["sb3"]["steps_per_s"]

@@ -57,9 +57,10 @@ class EnvSpecs:
 
     @classmethod
     def of(cls, env: EnvBase, num_agents: int | None = None) -> EnvSpecs:
-        """The specs of ``env`` (built by :func:`make_env`; ``num_agents`` from its config)."""
-        spec = env.action_spec_unbatched
-        observation = env.observation_spec.zero()
+        """The specs of ``env`` (built by :func:`make_env`; ``num_agents`` from its config), on the CPU whatever the
+        env's device: networks are shaped there (as from a checkpoint's record) and move with their module."""
+        spec = env.action_spec_unbatched.cpu()
+        observation = env.observation_spec.cpu().zero()
         for key in observation.keys(True, True):
             name = key[-1] if isinstance(key, tuple) else key
             if name == "action_mask":

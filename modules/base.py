@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 LEARNING_RATE = "a learning rate in (0, 1]"
 DISCOUNT = "in [0, 1]"
+COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def check_hparams(*rules: tuple[str, object, bool, str], section: str = "model") -> None:
@@ -88,10 +89,26 @@ class RLModule(CheckpointLoading, L.LightningModule):
     (losses and diagnostics), ``time/`` (``frames_per_s``, ``episodes_per_min``, ``episodes_per_hour`` (long
     games), ``frames``,
     ``optim_steps``).
+
+    Args:
+        compile: run the update's loss (forward and backward) through ``torch.compile`` (TorchRL's
+            sota-implementations' ``compile`` option); built on the first update.
+        compile_mode: ``torch.compile``'s mode: null or ``default``, ``reduce-overhead`` (CUDA graphs on a GPU; on a
+            CPU the same as ``default``), ``max-autotune``, ``max-autotune-no-cudagraphs``.
+
+    Raises:
+        ValueError: ``compile_mode`` not one of those, or set without ``compile``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, compile: bool = False, compile_mode: str | None = None) -> None:
         super().__init__()
+        if compile_mode not in COMPILE_MODES:
+            raise ValueError(f"model.compile_mode={compile_mode!r} is not allowed: null or one of "
+                             f"{', '.join(m for m in COMPILE_MODES if m)}")
+        if compile_mode is not None and not compile:
+            raise ValueError(f"model.compile_mode={compile_mode!r} needs model.compile=true")
+        self.compile_options = (bool(compile), compile_mode)
+        self._compiled_loss = None  # torch.compile of self.loss, built on the first update (update_loss)
         self.automatic_optimization = False
         self.collected_frames = 0  # frames of all ranks (ranks collect in lockstep, equal batches)
         self.finished_episodes = 0  # episodes this rank's envs finished in this process (a statistic, not checkpointed)
@@ -136,10 +153,12 @@ class RLModule(CheckpointLoading, L.LightningModule):
 
     def configure_model(self) -> None:
         """Lightning's hook before the optimisers are built (after the data module's ``setup``):
-        :meth:`build_on` the training env's specs."""
+        :meth:`build_on` the training env's specs, on the CPU (Lightning calls this hook with the root device as
+        the default device of new tensors, before it moves the module there)."""
         specs = self.trainer.datamodule.env_specs() if self._trainer is not None and self.trainer.datamodule else None
         if specs is not None:  # None: a data path without a step-wise env (whole problems, pipelines.episodes)
-            self.build_on(specs)
+            with torch.device("cpu"):
+                self.build_on(specs)
 
     # ------------------------------------------------------------------ what the data path needs
     def replay_keys(self) -> list[NestedKey] | None:
@@ -183,6 +202,16 @@ class RLModule(CheckpointLoading, L.LightningModule):
         return {"episode return": ["rollout/episode_return", "eval/episode_return"]}
 
     # ------------------------------------------------------------------ metrics
+    def update_loss(self, batch: TensorDict):
+        """The subclass's ``loss(batch)`` as the update calls it: through ``torch.compile`` (built on the first call)
+        when ``compile`` is set, else as it is."""
+        compile, mode = self.compile_options
+        if not compile:
+            return self.loss(batch)
+        if self._compiled_loss is None:
+            self._compiled_loss = torch.compile(self.loss, mode=mode)
+        return self._compiled_loss(batch)
+
     def record(self, name: str, value: float | Tensor, weight: int = 1) -> None:
         """Accumulate ``value`` (weighted) under ``name`` until the next :meth:`flush_metrics`. A tensor is summed
         where it lives (in float64), so recording reads nothing back from the device: the values are read once

@@ -138,6 +138,8 @@ class DQNModule(RLModule):
         in_keys: the entries the network reads, in the order of its ``forward`` arguments.
         action_mask_key: boolean mask key or null.
         loss_function: ``l2`` or ``smooth_l1`` (Huber).
+        compile: run the update's loss through ``torch.compile`` (see :class:`modules.base.RLModule`).
+        compile_mode: ``torch.compile``'s mode (null, ``default``, ``reduce-overhead``: CUDA graphs, ...).
 
     Raises:
         ValueError: an out-of-range hyper-parameter (the message names it).
@@ -147,8 +149,9 @@ class DQNModule(RLModule):
                  double_dqn: bool = True, target_update: Literal["hard", "soft"] = "soft", tau: float = 0.005,
                  target_update_interval: int = 500, max_grad_norm: float = 10.0, epsilon: float = 1.0,
                  in_keys: tuple[str, ...] = ("observation",), action_mask_key: str | None = None,
-                 loss_function: Literal["l2", "smooth_l1"] = "smooth_l1") -> None:
-        super().__init__()
+                 loss_function: Literal["l2", "smooth_l1"] = "smooth_l1", compile: bool = False,
+                 compile_mode: str | None = None) -> None:
+        super().__init__(compile, compile_mode)
         check_hparams(("lr", lr, 0 < lr <= 1, LEARNING_RATE), ("gamma", gamma, 0 <= gamma <= 1, DISCOUNT),
                       ("n_step", n_step, n_step >= 1, ">= 1"), ("tau", tau, 0 < tau <= 1, "in (0, 1]"),
                       ("target_update_interval", target_update_interval, target_update_interval >= 1, ">= 1"),
@@ -240,14 +243,14 @@ class DQNModule(RLModule):
         optimizer = self.optimizers()
         rows, errors = [], []
         for sample in batch.unbind(0):
-            loss, td_error = self.loss(sample)
+            loss, td_error = self.update_loss(sample)
             grad_norm = self.optimiser_step(optimizer, loss, self.hparams.max_grad_norm)
             self.target.step()
             rows.append(torch.stack([loss.detach(), grad_norm, td_error.mean()]))
             errors.append(td_error)
         batch.set("td_error", torch.stack(errors))
         self.record_updates(["train/loss", "train/grad_norm", "train/td_error"], rows)
-        self.record("train/epsilon", self.epsilon())
+        self.record("train/epsilon", self.policy.eps)  # a device tensor: read with the other metrics
         return loss.detach()
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

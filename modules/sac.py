@@ -144,6 +144,8 @@ class SACModule(RLModule):
         fixed_alpha: keep the temperature at ``alpha_init``.
         max_grad_norm: global gradient-norm clip.
         observation_key: the observation the networks read.
+        compile: run the update's loss through ``torch.compile`` (see :class:`modules.base.RLModule`).
+        compile_mode: ``torch.compile``'s mode (null, ``default``, ``reduce-overhead``: CUDA graphs, ...).
 
     Raises:
         ValueError: an out-of-range hyper-parameter (the message names it), or an action spec that is
@@ -153,8 +155,9 @@ class SACModule(RLModule):
     def __init__(self, network: SACNetworks, actor_lr: float = 3e-4, critic_lr: float = 3e-4,
                  alpha_lr: float = 3e-4, gamma: float = 0.99, tau: float = 0.005, num_qvalue_nets: int = 2,
                  alpha_init: float = 1.0, fixed_alpha: bool = False, max_grad_norm: float = 10.0,
-                 observation_key: str = "observation") -> None:
-        super().__init__()
+                 observation_key: str = "observation", compile: bool = False,
+                 compile_mode: str | None = None) -> None:
+        super().__init__(compile, compile_mode)
         check_hparams(*((key, value, 0 < value <= 1, LEARNING_RATE)
                         for key, value in (("actor_lr", actor_lr), ("critic_lr", critic_lr), ("alpha_lr", alpha_lr))),
                       ("gamma", gamma, 0 <= gamma <= 1, DISCOUNT), ("tau", tau, 0 < tau <= 1, "in (0, 1]"),
@@ -234,7 +237,7 @@ class SACModule(RLModule):
         optimizer = self.optimizers()
         rows, errors = [], []
         for sample in batch.unbind(0):
-            out = self.loss(sample)
+            out = self.update_loss(sample)
             loss = out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]
             grad_norm = self.optimiser_step(optimizer, loss, self.hparams.max_grad_norm)
             self.target.step()

@@ -1,0 +1,86 @@
+"""The GPU path's set-up and the compile options, checked on a CPU machine: networks are shaped on the CPU even when
+Lightning's ``configure_model`` runs with another default device (as on ``--trainer.accelerator=gpu``), the env
+specs are CPU specs whatever the env's device, ``model.compile`` gives the same loss and gradients as the eager
+update, and bad compile settings are refused at construction."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.data import Binary, Bounded, Categorical, Composite, Unbounded
+
+from envs import EnvSpecs
+from modules.dqn import DQNModule, QNetwork
+from modules.sac import SACModule, SACNetworks
+
+
+def _specs(action_spec, width: int) -> EnvSpecs:
+    return EnvSpecs(action_spec, action_spec, TensorDict(observation=torch.zeros(2, width), batch_size=[2]), None)
+
+
+@pytest.mark.parametrize("algorithm", ["dqn", "sac"])
+def test_configure_model_builds_on_the_cpu_under_another_default_device(algorithm):
+    """Lightning calls ``configure_model`` under the root device's default-device context (cuda on a GPU run): the
+    networks, targets and temperature must still be built on the CPU, with the module, which Lightning then moves.
+    The ``meta`` device stands in for cuda here: a tensor created on it would have no data."""
+    if algorithm == "dqn":
+        module, specs = DQNModule(QNetwork(2, (8,))), _specs(Categorical(2), 4)
+    else:
+        module, specs = SACModule(SACNetworks((8,), (8,))), _specs(Bounded(-2.0, 2.0, shape=(1,)), 3)
+    module._trainer = SimpleNamespace(datamodule=SimpleNamespace(env_specs=lambda: specs))
+    with torch.device("meta"):
+        module.configure_model()
+    tensors = dict(module.named_parameters()) | dict(module.named_buffers())
+    assert tensors and {str(t.device) for t in tensors.values()} == {"cpu"}, \
+        {k: str(t.device) for k, t in tensors.items() if t.device.type != "cpu"}
+
+
+def test_env_specs_are_on_the_cpu_whatever_the_env_device():
+    device = "meta"  # stands in for an env on cuda
+    env = SimpleNamespace(action_spec_unbatched=Categorical(3, device=device),
+                          observation_spec=Composite(observation=Unbounded((2, 5), device=device),
+                                                     action_mask=Binary(3, shape=(2, 3), device=device),
+                                                     shape=(2,), device=device))
+    specs = EnvSpecs.of(env)
+    assert specs.action_spec.device == torch.device("cpu")
+    assert {t.device.type for t in specs.example_observation.values(True, True)} == {"cpu"}
+
+
+def _transitions(n: int) -> TensorDict:
+    generator = torch.Generator().manual_seed(1)
+    done = torch.rand(n, 1, generator=generator) < 0.2
+    nxt = TensorDict(observation=torch.randn(n, 4, generator=generator), reward=torch.randn(n, 1, generator=generator),
+                     done=done, terminated=done.clone(), batch_size=[n])
+    return TensorDict(observation=torch.randn(n, 4, generator=generator),
+                      action=torch.randint(2, (n,), generator=generator), next=nxt, batch_size=[n])
+
+
+def test_compiled_update_gives_the_eager_loss_and_gradients_on_cpu():
+    """``model.compile: true`` on a CPU machine is harmless: the same loss, TD errors and gradients as the eager
+    update (to float32 rounding) on the same batch."""
+    results = []
+    for compile in (False, True):
+        torch.manual_seed(0)
+        module = DQNModule(QNetwork(2, (32, 32), dueling=True), double_dqn=True, compile=compile,
+                           compile_mode="default" if compile else None)
+        module.build(Categorical(2), TensorDict(observation=torch.zeros(2, 4), batch_size=[2]))
+        loss, td_error = module.update_loss(_transitions(64))
+        loss.backward()
+        results.append((loss.detach(), td_error.detach(), [p.grad.clone() for p in module.network.parameters()]))
+    (loss, td, grads), (loss_c, td_c, grads_c) = results
+    torch.testing.assert_close(loss_c, loss)
+    torch.testing.assert_close(td_c, td)
+    for g, g_c in zip(grads, grads_c, strict=True):
+        torch.testing.assert_close(g_c, g)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(compile=True, compile_mode="fast"), "model.compile_mode='fast' is not allowed"),
+    (dict(compile_mode="reduce-overhead"), "needs model.compile=true"),
+])
+def test_bad_compile_settings_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DQNModule(QNetwork(2), **kwargs)

@@ -1,0 +1,46 @@
+"""The GPU path (marked ``gpu``; skipped without CUDA): ``--trainer.accelerator=gpu`` trains each algorithm with its
+env, networks and replay on the device, and an update never waits for the host: every ``training_step`` runs under
+``torch.cuda.set_sync_debug_mode("error")``, which raises at the first host synchronisation. (Not SAC: TorchRL's
+``TanhNormal`` checks its bounds with one host read per distribution it builds, two per eager update; it skips the
+check under ``torch.compile``, ``model.compile: true``.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from modules.base import RLModule
+from pipelines.data import RLDataModule
+from pipelines.fit import FitCLI
+from tests.pipelines.conftest import REPO
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (--trainer.accelerator=gpu)")]
+
+RUNS = {"ppo": ["--config", str(REPO / "configs" / "dvrp_smoke.yaml")],
+        "dqn": ["--config", str(REPO / "configs" / "cartpole_dqn.yaml"), "--data.init_args.total_frames=2048",
+                "--data.init_args.init_random_frames=256"]}
+
+
+@pytest.mark.parametrize("algorithm", list(RUNS))
+def test_updates_on_the_gpu_never_synchronise_with_the_host(algorithm, tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["fit"])
+    args = [*RUNS[algorithm], "--trainer.accelerator=gpu", "--trainer.enable_checkpointing=false",
+            "--trainer.logger=false", "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
+            f"--trainer.default_root_dir={tmp_path}"]
+    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                 save_config_callback=None, auto_configure_optimizers=False, args=args)
+    module, step = cli.model, cli.model.training_step
+    steps = []
+
+    def strict_step(batch, batch_idx):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return step(batch, batch_idx)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+            steps.append((module.device.type, cli.datamodule.env.device.type))
+
+    module.training_step = strict_step
+    cli.trainer.fit(module, datamodule=cli.datamodule)
+    assert steps and set(steps) == {("cuda", "cuda")} and cli.trainer.global_step > 0
