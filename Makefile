@@ -27,9 +27,11 @@ fit: $(STAMP)
 	$(BIN)/python -m pipelines.fit --config $(CONFIG) $(ARGS)
 
 test: $(STAMP)
+	$(BIN)/python -c "import ray" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e ".[ray]"
 	$(BIN)/python -m pytest -q $(ARGS)
 
 test-slow: $(STAMP)
+	$(BIN)/python -c "import ray" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e ".[ray]"
 	$(BIN)/python -m pytest -q -m slow $(ARGS)
 
 tensorboard: $(STAMP)

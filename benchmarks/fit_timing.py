@@ -17,6 +17,7 @@ class _Clock(L.Callback):
 
     def __init__(self, start_batch: int = 0) -> None:
         self.start_batch = start_batch
+        self.created = time.perf_counter()  # before the run is built: start - created is its start-up time
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if batch_idx == self.start_batch:
@@ -38,13 +39,15 @@ def timed_fit(args: list[str], start_batch: int = 0,
 
     Returns:
         ``{frames_per_s, episodes_per_min, updates_per_s, frames, episodes, updates, seconds}`` of the timed
-        part, and the CLI (its ``model``, ``trainer``).
+        part and ``startup_s`` (from building the run to the first timed batch), and the CLI (its ``model``,
+        ``trainer``).
     """
     clock = _Clock(start_batch)
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                  save_config_callback=None, auto_configure_optimizers=False, args=args)
     cli.trainer.callbacks.extend([clock, *callbacks])
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    return {"frames_per_s": clock.frames / clock.seconds, "episodes_per_min": clock.episodes / clock.seconds * 60,
+    return {"startup_s": clock.start - clock.created, "frames_per_s": clock.frames / clock.seconds,
+            "episodes_per_min": clock.episodes / clock.seconds * 60,
             "updates_per_s": clock.updates / clock.seconds, "frames": clock.frames, "episodes": clock.episodes,
             "updates": clock.updates, "seconds": clock.seconds}, cli

@@ -18,6 +18,7 @@ from envs import EnvConfig, EnvSpecs, make_env, unwrap
 from pipelines.checkpoints import attach_env_models
 from pipelines.data.collectors import WorkerCollector, local_collector
 from pipelines.data.env_control import EnvControl, resolve
+from pipelines.data.ray_collector import RayOptions, RayWorkerCollector, check_ray_installed
 
 
 class StopRequested(Exception):
@@ -57,23 +58,36 @@ class RLDataModule(L.LightningDataModule):
             that is stopped or stuck longer stops the run with an error naming it (raise it for envs whose
             batches take longer).
         collector: with workers, ``sync`` (every batch is all workers' rows, collected with the latest weights:
-            strictly on-policy) or ``async`` (TorchRL ``MultiAsyncCollector``: workers collect on while the learner
+            strictly on-policy), ``async`` (TorchRL ``MultiAsyncCollector``: workers collect on while the learner
             trains; each batch is one worker's ``frames_per_batch`` frames, and ``time/policy_lag`` logs how many
-            training steps older than the learner's its frames' weights were, on average).
+            training steps older than the learner's its frames' weights were, on average) or ``ray`` (the workers
+            are Ray actors anywhere on a cluster, collecting in synchronous rounds with the latest weights:
+            :mod:`pipelines.data.ray_collector`; needs the ray extra).
+        ray: with ``collector: ray``, the cluster address, CPUs per actor and restarts
+            (:class:`~pipelines.data.ray_collector.RayOptions`; null: a local Ray instance, 1 CPU per actor, no
+            restarts).
 
     Raises:
         ValueError: a non-positive size, ``frames_per_batch`` not a multiple of ``num_envs``, ``workers``
-            not dividing ``num_envs``, or ``collector: async`` without workers (the message names the keys).
+            not dividing ``num_envs``, ``collector: async`` or ``ray`` without workers, ``collector: ray`` without
+            Ray installed (the message gives the install command), or ``ray`` options with another collector (the
+            message names the keys).
     """
 
     def __init__(self, env: EnvConfig, num_envs: PositiveInt = 64, frames_per_batch: PositiveInt = 1920,
                  total_frames: PositiveInt = 1_000_000, seed: int | None = None, device: str | None = None, workers: int = 0,
-                 worker_timeout_s: PositiveFloat = 300.0, collector: Literal["sync", "async"] = "sync") -> None:
+                 worker_timeout_s: PositiveFloat = 300.0, collector: Literal["sync", "async", "ray"] = "sync",
+                 ray: RayOptions | None = None) -> None:
         super().__init__()
-        check(collector in ("sync", "async"), f"data.collector={collector!r} is not allowed: one of sync, async")
+        check(collector in ("sync", "async", "ray"),
+              f"data.collector={collector!r} is not allowed: one of sync, async, ray")
         check(collector == "sync" or workers >= 1,
-              "data.collector=async needs rollout workers (data.workers >= 1): in-process envs collect in turn with "
-              "training")
+              f"data.collector={collector} needs rollout workers (data.workers >= 1): in-process envs collect in turn "
+              "with training")
+        check(ray is None or collector == "ray", "data.ray is set but data.collector is not ray (set data.collector: "
+                                                 "ray, or remove data.ray)")
+        if collector == "ray":
+            check_ray_installed()
         check(workers >= 0 and (workers == 0 or num_envs % workers == 0),
               f"data.workers={workers} is not allowed: 0 (envs in this process) or a divisor of data.num_envs={num_envs}")
         check(num_envs >= 1, f"data.num_envs must be >= 1, got {num_envs}")
@@ -92,6 +106,7 @@ class RLDataModule(L.LightningDataModule):
         self.workers = int(workers)
         self.worker_timeout_s = float(worker_timeout_s)
         self.asynchronous = collector == "async"
+        self.ray = (ray or RayOptions()) if collector == "ray" else None
         self.env: EnvBase | None = None
         self.control: EnvControl | None = None
         self.self_play: bool | None = None  # None: no callbacks.SelfPlay in the run (see set_self_play)
@@ -203,7 +218,12 @@ class RLDataModule(L.LightningDataModule):
         """The collector (built on first use, so a restored checkpoint's env state is in place)."""
         if self._collector is None:
             policy = self.trainer.lightning_module.collector_policy
-            if self.workers:
+            if self.ray is not None:
+                self._collector = RayWorkerCollector(self.env_config, self.num_envs, self.workers, self.first_seed,
+                                                     policy, self.frames_per_batch, self.ray,
+                                                     self.control.startup_calls(), **self._collector_options())
+                self.control.connect(self._collector)
+            elif self.workers:
                 self._collector = WorkerCollector(self.env_config, self.num_envs, self.workers, self.first_seed, policy,
                                                   self.frames_per_batch, self.worker_timeout_s,
                                                   self.control.startup_calls(), asynchronous=self.asynchronous,

@@ -16,6 +16,7 @@ from torchrl.data import TensorDictReplayBuffer
 
 from envs import EnvConfig
 from pipelines.data.base import RLDataModule, check
+from pipelines.data.ray_collector import RayOptions
 from pipelines.data.replay import load_pending_steps, make_replay_buffer, pending_steps, store, update_priorities
 
 log = logging.getLogger(__name__)
@@ -65,11 +66,12 @@ class OffPolicyDataModule(RLDataModule):
                  prioritized: bool = False, priority_alpha: float = 0.6, priority_beta: float = 0.4,
                  seed: int | None = None,
                  device: str | None = None, workers: int = 0, worker_timeout_s: PositiveFloat = 300.0,
-                 collector: Literal["sync", "async"] = "sync") -> None:
+                 collector: Literal["sync", "async", "ray"] = "sync", ray: RayOptions | None = None) -> None:
         super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device, workers, worker_timeout_s,
-                         collector)
-        check(collector == "sync", "data.collector=async is not allowed here: the replay buffer stores every env row's "
-                                   "steps in order, and an asynchronous batch holds one worker's rows (use sync)")
+                         collector, ray)
+        check(collector != "async", "data.collector=async is not allowed here: the replay buffer stores every env "
+                                    "row's steps in order, and an asynchronous batch holds one worker's rows (use sync "
+                                    "or ray)")
         check(buffer_size >= num_envs, f"data.buffer_size={buffer_size} must be >= data.num_envs={num_envs}")
         check(batch_size >= 1, f"data.batch_size must be >= 1, got {batch_size}")
         check(utd_ratio >= 1, f"data.utd_ratio must be >= 1, got {utd_ratio}")

@@ -1,0 +1,114 @@
+"""Ray actors for collection (``data.collector: ray``) on a simulated two-node cluster (``ray.cluster_utils.Cluster``,
+1 CPU per node): both nodes deliver frames, the actors' policy version follows the learner's, an actor that dies is
+restarted and, past ``data.ray.max_restarts``, stops the run naming it; without Ray installed, the config stops
+before any work with the install command."""
+
+from __future__ import annotations
+
+import logging
+
+import lightning as L
+import pytest
+import torch
+
+from modules.base import RLModule
+from pipelines.data import RLDataModule
+from pipelines.data.off_policy import OffPolicyDataModule
+from pipelines.fit import FitCLI, main
+from tests.pipelines.conftest import REPO
+
+CARTPOLE_DQN = str(REPO / "configs" / "cartpole_dqn.yaml")
+
+
+def test_ray_without_the_extra_stops_before_any_work(monkeypatch, tmp_path, capsys):
+    real = __import__("importlib").util.find_spec
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
+    monkeypatch.setattr("sys.argv", ["fit"])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--config", CARTPOLE_DQN, "--data.init_args.collector=ray", "--data.init_args.workers=1",
+              f"--trainer.logger.init_args.save_dir={tmp_path}"])
+    assert exit_info.value.code == 2
+    assert "pip install -e .[ray]" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir()), "nothing may be written"
+
+
+def test_ray_options_need_the_ray_collector():
+    from envs.gym import GymConfig
+    from pipelines.data.ray_collector import RayOptions
+
+    with pytest.raises(ValueError, match="data.ray is set but data.collector is not ray"):
+        OffPolicyDataModule(GymConfig(env_id="CartPole-v1"), workers=1, ray=RayOptions())
+    with pytest.raises(ValueError, match="data.ray.max_restarts=-1"):
+        RayOptions(max_restarts=-1)
+
+
+class RayProbe(L.Callback):
+    """On every collected batch: the frames' policy versions against the learner's, the actors' nodes and restarts;
+    kills actor 0 (``ray.kill``, a restart allowed) after the batches in ``kill_after``."""
+
+    def __init__(self, kill_after: tuple[int, ...] = ()) -> None:
+        self.kill_after, self.seen = kill_after, []
+
+    def on_batch_collected(self, trainer, module, batch) -> None:
+        import ray
+
+        collector = trainer.datamodule.collector()
+        versions = batch["policy_version"].unique().tolist()
+        states = collector.actor_states()
+        self.seen.append({"versions": versions, "learner": int(collector.policy.version),
+                          "nodes": [s["node_id"] for s in states], "restarts": [s["restarts"] for s in states],
+                          "rows": batch.shape[0]})
+        if len(self.seen) in self.kill_after:
+            ray.kill(collector._collector.remote_collectors[0], no_restart=False)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install -e .[ray])")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def _fit(cluster, tmp_path, probe: RayProbe, frames: int, max_restarts: int):
+    args = ["--config", CARTPOLE_DQN, "--data.init_args.collector=ray", "--data.init_args.workers=2",
+            "--data.init_args.num_envs=2", f"--data.init_args.total_frames={frames}",
+            "--data.init_args.init_random_frames=512", f"--data.init_args.ray.address={cluster.address}",
+            f"--data.init_args.ray.max_restarts={max_restarts}", "--trainer.callbacks=[]",
+            "--trainer.enable_progress_bar=false", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
+            f"--trainer.default_root_dir={tmp_path}"]
+    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                 save_config_callback=None, auto_configure_optimizers=False, args=args)
+    cli.trainer.callbacks.append(probe)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    return cli
+
+
+def test_two_node_cluster_trains_dqn_with_versions_following_the_learner(cluster, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr("sys.argv", ["fit"])
+    probe = RayProbe(kill_after=(6,))
+    with caplog.at_level(logging.WARNING, logger="pipelines.data.ray_collector"):
+        cli = _fit(cluster, tmp_path, probe, frames=3072, max_restarts=1)
+    assert cli.model.collected_frames == 3072 and cli.trainer.global_step > 0
+    assert all(s["rows"] == 2 for s in probe.seen)  # every round: one env row from each actor
+    assert len(set(probe.seen[0]["nodes"])) == 2, "the two actors must run on the two nodes"
+    # every frame of round i was played by the weights the learner had after i training rounds (the first 2 rounds,
+    # init_random_frames = 512, are random actions: no policy played them)
+    assert [s["learner"] for s in probe.seen] == list(range(len(probe.seen)))
+    assert [s["versions"] for s in probe.seen[2:]] == [[s["learner"]] for s in probe.seen[2:]], probe.seen
+    # actor 0 was killed after round 6, restarted by Ray (logged), and went on with the learner's weights
+    assert probe.seen[-1]["restarts"] == [1, 0]
+    assert "Ray actor 0" in caplog.text and "restarted (1 of data.ray.max_restarts=1)" in caplog.text
+    assert torch.isfinite(torch.tensor(cli.model.latest_metrics.get("train/loss", float("nan"))))
+
+
+def test_an_actor_dying_past_max_restarts_stops_the_run(cluster, tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["fit"])
+    with pytest.raises(RuntimeError, match=r"Ray actor 0 .* data.ray.max_restarts=1 restarts are used up"):
+        _fit(cluster, tmp_path, RayProbe(kill_after=(2, 4)), frames=3072, max_restarts=1)
