@@ -58,6 +58,8 @@ class RayProbe(L.Callback):
         self.seen.append({"versions": versions, "learner": int(collector.policy.version),
                           "nodes": [s["node_id"] for s in states], "restarts": [s["restarts"] for s in states],
                           "rows": batch.shape[0]})
+        if len(self.seen) == 1:
+            self.initial = [p.detach().clone() for p in module.parameters()]
         if len(self.seen) in self.kill_after:
             ray.kill(collector._collector.remote_collectors[0], no_restart=False)
 
@@ -76,7 +78,7 @@ def cluster():
     cluster.shutdown()
 
 
-def _fit(cluster, tmp_path, probe: RayProbe, frames: int, max_restarts: int):
+def _fit(cluster, tmp_path, probe: RayProbe, frames: int, max_restarts: int, extra: list = ()):
     args = ["--config", CARTPOLE_DQN, "--data.init_args.collector=ray", "--data.init_args.workers=2",
             "--data.init_args.num_envs=2", f"--data.init_args.total_frames={frames}",
             "--data.init_args.init_random_frames=512", f"--data.init_args.ray.address={cluster.address}",
@@ -85,7 +87,7 @@ def _fit(cluster, tmp_path, probe: RayProbe, frames: int, max_restarts: int):
             f"--trainer.default_root_dir={tmp_path}"]
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                  save_config_callback=None, auto_configure_optimizers=False, args=args)
-    cli.trainer.callbacks.append(probe)
+    cli.trainer.callbacks.extend([probe, *extra])
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     return cli
 
@@ -112,3 +114,47 @@ def test_an_actor_dying_past_max_restarts_stops_the_run(cluster, tmp_path, monke
     monkeypatch.setattr("sys.argv", ["fit"])
     with pytest.raises(RuntimeError, match=r"Ray actor 0 .* data.ray.max_restarts=1 restarts are used up"):
         _fit(cluster, tmp_path, RayProbe(kill_after=(2, 4)), frames=3072, max_restarts=1)
+
+
+class _FirstBatch(L.Callback):
+    def on_batch_collected(self, trainer, module, batch) -> None:
+        if not hasattr(self, "batch"):
+            self.batch = batch.select("observation", "action", ("next", "observation")).clone()
+
+
+def test_actors_are_seeded_like_the_local_workers(cluster, tmp_path, monkeypatch):
+    """Actor w's rows are the local worker w's rows (same env seeds, same torch seed for the random warm-up):
+    the first round of a Ray run equals the first batch of a run with 2 worker processes."""
+    monkeypatch.setattr("sys.argv", ["fit"])
+    ray_first, local_first = _FirstBatch(), _FirstBatch()
+    _fit(cluster, tmp_path / "ray", RayProbe(), frames=1024, max_restarts=0, extra=[ray_first])
+    args = ["--config", CARTPOLE_DQN, "--data.init_args.workers=2", "--data.init_args.num_envs=2",
+            "--data.init_args.total_frames=1024", "--data.init_args.init_random_frames=512", "--trainer.callbacks=[]",
+            "--trainer.enable_progress_bar=false", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
+            f"--trainer.default_root_dir={tmp_path / 'local'}"]
+    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                 save_config_callback=None, auto_configure_optimizers=False, args=args)
+    cli.trainer.callbacks.append(local_first)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert ray_first.batch.shape == local_first.batch.shape == (2, 128)
+    assert (ray_first.batch == local_first.batch).all()
+    assert not torch.equal(ray_first.batch["observation"][0], ray_first.batch["observation"][1])
+
+
+def test_ppo_trains_on_the_actors_in_synchronous_rounds(cluster, tmp_path, monkeypatch):
+    """On-policy: every PPO batch is one round of both actors, played by the learner's latest weights."""
+    monkeypatch.setattr("sys.argv", ["fit"])
+    probe = RayProbe()
+    args = ["--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--data.init_args.collector=ray",
+            "--data.init_args.workers=2", "--data.init_args.total_frames=1024",
+            f"--data.init_args.ray.address={cluster.address}", "--trainer.callbacks=[]",
+            "--trainer.enable_progress_bar=false", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
+            f"--trainer.default_root_dir={tmp_path}"]
+    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                 save_config_callback=None, auto_configure_optimizers=False, args=args)
+    cli.trainer.callbacks.append(probe)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert cli.model.collected_frames == 1024 and len(probe.seen) == 4
+    assert [s["versions"] for s in probe.seen] == [[i] for i in range(4)]
+    assert len(set(probe.seen[0]["nodes"])) == 2
+    assert any(not torch.equal(a, b) for a, b in zip(probe.initial, cli.model.parameters()))
