@@ -220,7 +220,7 @@ class RLDataModule(L.LightningDataModule):
             policy = self.trainer.lightning_module.collector_policy
             if self.ray is not None:
                 self._collector = RayWorkerCollector(self.env_config, self.num_envs, self.workers, self.first_seed,
-                                                     policy, self.frames_per_batch, self.ray,
+                                                     policy, self.frames_per_batch, self.ray, self.worker_timeout_s,
                                                      self.control.startup_calls(), **self._collector_options())
                 self.control.connect(self._collector)
             elif self.workers:

@@ -18,10 +18,12 @@ Needs the ``ray`` extra (``pip install -e .[ray]``).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import logging
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -97,6 +99,8 @@ class RayWorkerCollector:
         policy: the collecting policy (its weights are sent to the actors before every round).
         frames_per_batch: frames per round over all actors.
         options: the cluster address, CPUs per actor and restarts (:class:`RayOptions`).
+        timeout_s: the longest a round (or a call on the actors) may take: past it the actors are killed for good
+            and the run stops with an error naming the stuck ones (``data.worker_timeout_s``).
         startup_calls: per actor, the calls its env makes right after it is built.
         **collector_options: further collector arguments (``init_random_frames``: over all actors).
 
@@ -104,12 +108,13 @@ class RayWorkerCollector:
         ``[num_envs, frames_per_batch / num_envs]`` batches (actor 0's rows first).
 
     Raises:
-        RuntimeError: an actor died more than ``max_restarts`` times (the message names it and its node).
+        RuntimeError: an actor died more than ``max_restarts`` times, or a round took longer than ``timeout_s``
+            (the message names the actor and its node).
     """
 
     def __init__(self, env_config: EnvConfig, num_envs: int, workers: int, first_seed: int, policy: nn.Module,
-                 frames_per_batch: int, options: RayOptions, startup_calls: list[list[Call]] | None = None,
-                 **collector_options) -> None:
+                 frames_per_batch: int, options: RayOptions, timeout_s: float = 300.0,
+                 startup_calls: list[list[Call]] | None = None, **collector_options) -> None:
         import ray
         from torchrl.collectors.distributed import RayCollector
 
@@ -137,6 +142,8 @@ class RayWorkerCollector:
         self._ray = ray
         self._random_frames = int(collector_options.get("init_random_frames") or 0)
         self._restarts = [0] * workers
+        self.timeout_s = timeout_s
+        self._stall: str | None = None
 
     # ------------------------------------------------------------------ actors
     def actor_states(self) -> list[dict]:
@@ -172,12 +179,37 @@ class RayWorkerCollector:
                             f"{self.options.max_restarts} restarts are used up: the run stops (its checkpoints are "
                             f"kept). {type(error).__name__}: {error}")
 
+    def _stalled(self, what: str) -> None:
+        """The watchdog fired: name the actors and kill them for good, so that the wait on them raises."""
+        states = self.actor_states()
+        named = ", ".join(f"{w} (node {s['node_id']}, pid {s['pid']})" for w, s in enumerate(states))
+        self._stall = (f"Ray actors {named} gave no {what} within data.worker_timeout_s={self.timeout_s:g} s: the run "
+                       f"stops (its checkpoints are kept)")
+        for actor in self._collector.remote_collectors:
+            self._ray.kill(actor, no_restart=True)
+
+    @contextlib.contextmanager
+    def _watch(self, what: str) -> Iterator[None]:
+        """A wait on the actors under the watchdog; a stall becomes one ``RuntimeError`` naming the actors."""
+        timer = threading.Timer(self.timeout_s, self._stalled, (what,))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        except self._ray.exceptions.RayActorError as error:
+            if self._stall is not None:
+                raise RuntimeError(self._stall) from error
+            raise
+        finally:
+            timer.cancel()
+
     # ------------------------------------------------------------------ use
     def map_fn(self, method: str, args: list[tuple], kwargs: list[dict]) -> list:
         """``method`` (a dotted path from each actor's collector, e.g. ``env.base_env.configure``) called in every
         actor with its own arguments, between rounds; returns the results."""
         try:
-            return self._collector.map_fn(method, args, kwargs)
+            with self._watch(f"answer to {method}"):
+                return self._collector.map_fn(method, args, kwargs)
         except self._ray.exceptions.RayActorError as error:
             raise self._dead(error) from error
 
@@ -212,9 +244,9 @@ class RayWorkerCollector:
             if iterator is None:  # again after a failed round (its generator ended with the error); iterator(), not
                 iterator = self._collector.iterator()  # iter(): that one shuts every actor down on an error
             try:
-                self._send_weights()
-                with warnings.catch_warnings():  # that TorchRL's own weight sync was not set up: this class sends them
-                    warnings.filterwarnings("ignore", message="RayCollector iteration started before weight")
+                with self._watch("batch"), warnings.catch_warnings():  # (that TorchRL's own weight sync was not
+                    warnings.filterwarnings("ignore", message="RayCollector iteration started before weight")  # set up)
+                    self._send_weights()
                     batch = next(iterator)
             except self._ray.exceptions.RayActorError as error:
                 self._recover(error)  # the round is collected again by every actor, with the same weights

@@ -6,6 +6,9 @@ before any work with the install command."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import time
 
 import lightning as L
 import pytest
@@ -46,8 +49,8 @@ class RayProbe(L.Callback):
     """On every collected batch: the frames' policy versions against the learner's, the actors' nodes and restarts;
     kills actor 0 (``ray.kill``, a restart allowed) after the batches in ``kill_after``."""
 
-    def __init__(self, kill_after: tuple[int, ...] = ()) -> None:
-        self.kill_after, self.seen = kill_after, []
+    def __init__(self, kill_after: tuple[int, ...] = (), stop_after: int | None = None) -> None:
+        self.kill_after, self.stop_after, self.seen = kill_after, stop_after, []
 
     def on_batch_collected(self, trainer, module, batch) -> None:
         import ray
@@ -62,6 +65,8 @@ class RayProbe(L.Callback):
             self.initial = [p.detach().clone() for p in module.parameters()]
         if len(self.seen) in self.kill_after:
             ray.kill(collector._collector.remote_collectors[0], no_restart=False)
+        if len(self.seen) == self.stop_after:  # a stuck actor: its process stopped (the nodes are this machine)
+            os.kill(states[1]["pid"], signal.SIGSTOP)
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +83,12 @@ def cluster():
     cluster.shutdown()
 
 
-def _fit(cluster, tmp_path, probe: RayProbe, frames: int, max_restarts: int, extra: list = ()):
+def _fit(cluster, tmp_path, probe: RayProbe, frames: int, max_restarts: int, extra: list = (), timeout_s: float = 300):
     args = ["--config", CARTPOLE_DQN, "--data.init_args.collector=ray", "--data.init_args.workers=2",
             "--data.init_args.num_envs=2", f"--data.init_args.total_frames={frames}",
             "--data.init_args.init_random_frames=512", f"--data.init_args.ray.address={cluster.address}",
-            f"--data.init_args.ray.max_restarts={max_restarts}", "--trainer.callbacks=[]",
+            f"--data.init_args.ray.max_restarts={max_restarts}", f"--data.init_args.worker_timeout_s={timeout_s}",
+            "--trainer.callbacks=[]",
             "--trainer.enable_progress_bar=false", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
             f"--trainer.default_root_dir={tmp_path}"]
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
@@ -158,3 +164,14 @@ def test_ppo_trains_on_the_actors_in_synchronous_rounds(cluster, tmp_path, monke
     assert [s["versions"] for s in probe.seen] == [[i] for i in range(4)]
     assert len(set(probe.seen[0]["nodes"])) == 2
     assert any(not torch.equal(a, b) for a, b in zip(probe.initial, cli.model.parameters()))
+
+
+def test_a_stuck_actor_stops_the_run_after_the_timeout(cluster, tmp_path, monkeypatch):
+    """An actor that stops answering (its process stopped) ends the run after ``data.worker_timeout_s``, naming the
+    actors, even with restarts left: never a hang."""
+    monkeypatch.setattr("sys.argv", ["fit"])
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"Ray actors 0 \(node .*, pid .*\), 1 .* gave no batch within "
+                                           r"data.worker_timeout_s=5 s"):
+        _fit(cluster, tmp_path, RayProbe(stop_after=3), frames=3072, max_restarts=2, timeout_s=5)
+    assert time.monotonic() - start < 60
