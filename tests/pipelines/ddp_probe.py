@@ -19,14 +19,25 @@ class DDPProbe(L.Callback):
             base = trainer.datamodule.env.base_env
             self.first_xy = float(base.instances["xy"].sum())
 
+    @staticmethod
+    def _row_seeds(trainer) -> list[int]:
+        """The row seeds of the envs that collected: the rollout workers' or Ray actors' (through the collector's
+        ``map_fn``), else the in-process env's."""
+        data = trainer.datamodule
+        collector = data._collector
+        if hasattr(collector, "map_fn"):
+            n = data.workers
+            states = collector.map_fn("env.base_env.resume_state", [()] * n, [{}] * n)
+            return [seed for state in states for seed in state["row_seed"].tolist()]
+        return data.env.base_env.resume_state()["row_seed"].tolist()
+
     def on_train_end(self, trainer, pl_module) -> None:
-        base = trainer.datamodule.env.base_env
         params = torch.cat([p.detach().flatten() for p in pl_module.parameters()])
         model = trainer.datamodule.embedding_model()
         embedding = [] if model is None else torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
         os.makedirs(self.out_dir, exist_ok=True)
         with open(os.path.join(self.out_dir, f"rank{trainer.global_rank}.json"), "w") as f:
             json.dump({"rank": trainer.global_rank, "world": trainer.world_size,
-                       "row_seed": base.resume_state()["row_seed"].tolist(), "first_xy": self.first_xy,
+                       "row_seed": self._row_seeds(trainer), "first_xy": self.first_xy,
                        "params": params.tolist(), "embedding": embedding, "frames": pl_module.collected_frames,
                        "steps": trainer.global_step}, f)

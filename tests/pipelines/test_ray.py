@@ -5,6 +5,7 @@ before any work with the install command."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -18,7 +19,7 @@ from modules.base import RLModule
 from pipelines.data import RLDataModule
 from pipelines.data.off_policy import OffPolicyDataModule
 from pipelines.fit import FitCLI, main
-from tests.pipelines.conftest import REPO
+from tests.pipelines.conftest import REPO, SMOKE, run_module
 
 CARTPOLE_DQN = str(REPO / "configs" / "cartpole_dqn.yaml")
 
@@ -175,3 +176,20 @@ def test_a_stuck_actor_stops_the_run_after_the_timeout(cluster, tmp_path, monkey
                                            r"data.worker_timeout_s=5 s"):
         _fit(cluster, tmp_path, RayProbe(stop_after=3), frames=3072, max_restarts=2, timeout_s=5)
     assert time.monotonic() - start < 60
+
+
+def test_ray_actors_with_two_ddp_ranks(cluster, tmp_path):
+    """Both together: two DDP ranks (two CPU processes) each collect through their own Ray actor on the cluster, with
+    their own row seeds; the ranks end with identical weights and count frames over both."""
+    probe = tmp_path / "probe"
+    proc = run_module("pipelines.fit", "--config", SMOKE, "--trainer.strategy=ddp", "--trainer.accelerator=cpu",
+                      "--trainer.devices=2", "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false",
+                      "--trainer.callbacks+=tests.pipelines.ddp_probe.DDPProbe", f"--trainer.callbacks.out_dir={probe}",
+                      "--data.init_args.collector=ray", "--data.init_args.workers=1",
+                      f"--data.init_args.ray.address={cluster.address}",
+                      f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert set(ranks[0]["row_seed"]).isdisjoint(ranks[1]["row_seed"]), "the ranks' actors must have their own seeds"
+    assert ranks[0]["params"] == ranks[1]["params"], "weights diverged across ranks"
+    assert ranks[0]["frames"] == ranks[1]["frames"] == 1920
