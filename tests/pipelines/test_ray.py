@@ -178,6 +178,7 @@ def test_a_stuck_actor_stops_the_run_after_the_timeout(cluster, tmp_path, monkey
     assert time.monotonic() - start < 60
 
 
+@pytest.mark.slow  # (23 s)
 def test_ray_actors_with_two_ddp_ranks(cluster, tmp_path):
     """Both together: two DDP ranks (two CPU processes) each collect through their own Ray actor on the cluster, with
     their own row seeds; the ranks end with identical weights and count frames over both."""
