@@ -222,6 +222,7 @@ class RLDataModule(L.LightningDataModule):
                 self._collector = RayWorkerCollector(self.env_config, self.num_envs, self.workers, self.first_seed,
                                                      policy, self.frames_per_batch, self.ray, self.worker_timeout_s,
                                                      self.control.startup_calls(), **self._collector_options())
+                self._collector.later_calls = self.control.later_calls
                 self.control.connect(self._collector)
             elif self.workers:
                 self._collector = WorkerCollector(self.env_config, self.num_envs, self.workers, self.first_seed, policy,

@@ -61,11 +61,17 @@ class EnvControl:
         self.workers = workers
         self.rows_per_worker = env.batch_size[0] // workers if workers else 0
         self._startup: list[list[Call]] = [[] for _ in range(workers)]
+        self._later: list[list[Call]] = [[] for _ in range(workers)]  # calls sent to running workers, in order
         self._collector: Workers | None = None
 
     def startup_calls(self) -> list[list[Call]]:
         """Per worker, the calls made before the workers started (for their env builders)."""
         return [list(calls) for calls in self._startup]
+
+    def later_calls(self, worker: int) -> list[Call]:
+        """The calls sent to worker ``worker`` while it ran, in order: what a restarted worker (built with the startup
+        calls) needs again to reach the others' state."""
+        return list(self._later[worker])
 
     def connect(self, collector: Workers) -> None:
         """From now on, calls reach the workers through ``collector.map_fn``."""
@@ -106,3 +112,5 @@ class EnvControl:
                 calls.append((method, args, kwargs))
         else:
             self._collector.map_fn(f"env.base_env.{method}", [a for a, _ in per_worker], [k for _, k in per_worker])
+            for calls, (args, kwargs) in zip(self._later, per_worker):
+                calls.append((method, args, kwargs))

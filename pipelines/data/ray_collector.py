@@ -7,7 +7,7 @@ replay buffer from every actor.
 
 An actor that dies (its process or its node) is restarted by Ray, up to ``data.ray.max_restarts`` times (each
 restart logged): the round it failed is collected again by all actors, the restarted one with its envs started
-again from their seeds. Past the limit the run stops with an error that names the actor and its node.
+again from their seeds and the env calls made since the start (curriculum phases, opponents...) made again. Past the limit the run stops with an error that names the actor and its node.
 
 TorchRL's own ``RayWeightSyncScheme`` is not used: it sends over a torch.distributed (gloo) group that an actor's
 restart breaks; and the actors get their policy's structure without its data (:func:`_shell_factory`), since Ray
@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 
@@ -144,6 +144,9 @@ class RayWorkerCollector:
         self._restarts = [0] * workers
         self.timeout_s = timeout_s
         self._stall: str | None = None
+        # actor w's env calls made since it started (set by the data module: EnvControl.later_calls), made again on a
+        # restarted actor: its constructor only replays the startup calls
+        self.later_calls: Callable[[int], list[Call]] = lambda worker: []
 
     # ------------------------------------------------------------------ actors
     def actor_states(self) -> list[dict]:
@@ -160,8 +163,9 @@ class RayWorkerCollector:
         return states
 
     def _after_restarts(self, states: list[dict]) -> None:
-        """Log each actor's new restarts; a restarted actor (a new collector, its envs started again from their
-        seeds) plays with the policy at once unless the run's random warm-up (``init_random_frames``) is not over."""
+        """Log each actor's new restarts. A restarted actor (a new collector, its envs started again from their
+        seeds) gets the env calls made since the start again (:attr:`later_calls`), and plays with the policy at once
+        unless the run's random warm-up (``init_random_frames``) is not over."""
         remaining = max(self._random_frames - self._collector.collected_frames, 0) // len(states)
         for w, state in enumerate(states):
             if state["restarts"] > self._restarts[w]:
@@ -170,6 +174,8 @@ class RayWorkerCollector:
                             state["node_id"], state["restarts"], self.options.max_restarts)
                 actor = self._collector.remote_collectors[w]
                 self._ray.get(actor.cascade_execute.remote("__setattr__", "init_random_frames", remaining))
+                for method, args, kwargs in self.later_calls(w):  # e.g. a curriculum phase, an opponent, a model
+                    self._ray.get(actor.cascade_execute.remote(f"env.base_env.{method}", *args, **kwargs))
 
     def _dead(self, error: Exception) -> RuntimeError:
         states = self.actor_states()

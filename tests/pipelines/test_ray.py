@@ -19,7 +19,7 @@ from modules.base import RLModule
 from pipelines.data import RLDataModule
 from pipelines.data.off_policy import OffPolicyDataModule
 from pipelines.fit import FitCLI, main
-from tests.pipelines.conftest import REPO, SMOKE, run_module
+from tests.pipelines.conftest import REPO, SMOKE, hockey_dqn_config, run_module
 
 CARTPOLE_DQN = str(REPO / "configs" / "cartpole_dqn.yaml")
 
@@ -194,3 +194,42 @@ def test_ray_actors_with_two_ddp_ranks(cluster, tmp_path):
     assert set(ranks[0]["row_seed"]).isdisjoint(ranks[1]["row_seed"]), "the ranks' actors must have their own seeds"
     assert ranks[0]["params"] == ranks[1]["params"], "weights diverged across ranks"
     assert ranks[0]["frames"] == ranks[1]["frames"] == 1920
+
+
+class _ConfigureThenKill(L.Callback):
+    """Round 2: an env call on the training envs (as a curriculum phase makes); round 4: kill actor 0 (restart
+    allowed); at the end, read the call's setting back from both actors."""
+
+    def __init__(self) -> None:
+        self.rounds, self.w_touch = 0, None
+
+    def on_batch_collected(self, trainer, module, batch) -> None:
+        import ray
+
+        self.rounds += 1
+        data = trainer.datamodule
+        if self.rounds == 2:
+            data.control.call("configure", w_touch=0.123)
+        if self.rounds == 4:
+            ray.kill(data.collector()._collector.remote_collectors[0], no_restart=False)
+
+    def on_train_end(self, trainer, module) -> None:
+        collector = trainer.datamodule.collector()
+        self.restarts = [s["restarts"] for s in collector.actor_states()]
+        self.w_touch = collector.map_fn("env.base_env.__getattribute__", [("w_touch",)] * 2, [{}] * 2)
+
+
+def test_a_restarted_actor_gets_the_env_calls_made_since_the_start(cluster, tmp_path, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["fit"])
+    config = hockey_dqn_config(tmp_path, [])
+    probe = _ConfigureThenKill()
+    args = ["--config", config, "--data.init_args.collector=ray", "--data.init_args.workers=2",
+            "--data.init_args.total_frames=640", f"--data.init_args.ray.address={cluster.address}",
+            "--data.init_args.ray.max_restarts=1", "--trainer.enable_checkpointing=false", "--trainer.callbacks=[]",
+            "--trainer.logger=false"]
+    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                 save_config_callback=None, auto_configure_optimizers=False, args=args)
+    cli.trainer.callbacks.append(probe)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert probe.restarts == [1, 0]
+    assert probe.w_touch == [0.123, 0.123], "the restarted actor's env lost the call made before its restart"
