@@ -223,15 +223,14 @@ class RayWorkerCollector:
         """The learner's weights (and policy version) to every actor, through Ray's object store, before its next
         batch: an actor runs its tasks in the order they were sent. (TorchRL's ``RayWeightSyncScheme`` sends over
         a torch.distributed group that an actor's restart breaks.)"""
-        # kept until the next round: a task Ray retries on a restarted actor reads it again
-        self._weights = self._ray.put(TensorDict.from_module(self.policy).data.cpu())
+        weights = self._ray.put(TensorDict.from_module(self.policy).data.cpu())  # one copy for all actors
         for actor in self._collector.remote_collectors:
-            actor.update_policy_weights_.remote(policy_weights=self._weights)
+            actor.update_policy_weights_.remote(policy_weights=weights)
 
-    def _recover(self, error: Exception, timeout_s: float = 300.0) -> None:
+    def _recover(self, error: Exception) -> None:
         """After an actor failed a round: wait while Ray restarts it; raise when an actor is dead for good (its
         ``max_restarts`` used up) or still not back after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + self.timeout_s
         while True:
             states = self.actor_states()
             if any(s["state"] == "DEAD" for s in states):
@@ -241,7 +240,8 @@ class RayWorkerCollector:
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"Ray actors {[s['state'] for s in states]} did not come back within "
-                                   f"{timeout_s:g} s after {type(error).__name__}: {error}") from error
+                                   f"data.worker_timeout_s={self.timeout_s:g} s after {type(error).__name__}: "
+                                   f"{error}") from error
             time.sleep(0.2)
 
     def __iter__(self) -> Iterator[TensorDictBase]:
