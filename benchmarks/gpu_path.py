@@ -11,8 +11,9 @@ is ``cpu`` (``--trainer.accelerator=cpu``), ``gpu`` (``--trainer.accelerator=gpu
 ``model.compile=true`` and ``model.compile_mode=<mode>``).
 
 Host synchronisations are counted on the GPU with ``torch.cuda.set_sync_debug_mode("warn")`` over the timed
-batches, apart for the updates (``training_step``) and the rest (collection, GAE, metrics, callbacks), with the
-source lines that cause most of them. Prints one JSON object (last stdout line): per run ``frames_per_s``,
+batches, apart for the training steps (between Lightning's batch start and end hooks: the updates, and the
+per-step work of the callbacks before the counter, such as checkpoint writes) and the rest (collection, GAE,
+metrics, callbacks), with the source lines that cause most of them. Prints one JSON object (last stdout line): per run ``frames_per_s``,
 ``updates_per_s``, ``syncs_per_update``, ``syncs_per_batch_outside_updates``, ``top_sync_sites``,
 ``peak_gpu_mb``, ``peak_rss_mb``; and ``gpu_over_cpu`` (frames/s ratios).
 """

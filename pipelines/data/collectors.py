@@ -16,7 +16,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 
 import torch
@@ -50,6 +50,19 @@ def make_worker_env(env_config: EnvConfig, num_envs: int, seed: int, calls: list
     env = make_env(env_config, num_envs, seed, "cpu")
     apply_calls(env, calls)
     return env
+
+
+@contextlib.contextmanager
+def watchdog(timeout_s: float, on_stall: Callable[[str], None], what: str) -> Iterator[None]:
+    """Run the block; if it takes longer than ``timeout_s`` seconds, call ``on_stall(what)`` from a timer thread
+    (which must make the block's wait fail, e.g. by killing the workers it waits on)."""
+    timer = threading.Timer(timeout_s, on_stall, (what,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def _process_state(pid: int) -> str:
@@ -163,11 +176,9 @@ class WorkerCollector:
     @contextlib.contextmanager
     def _watch(self, what: str) -> Iterator[None]:
         """Run a wait on the workers under the watchdog; a worker fault becomes one ``RuntimeError`` naming it."""
-        timer = threading.Timer(self.timeout_s, self._stalled, (what,))
-        timer.daemon = True
-        timer.start()
         try:
-            yield
+            with watchdog(self.timeout_s, self._stalled, what):
+                yield
         except RuntimeError as err:
             if self._stall is not None:
                 raise RuntimeError(self._stall) from err
@@ -175,8 +186,6 @@ class WorkerCollector:
                     if not proc._closed and proc.exitcode is not None]
             raise RuntimeError(f"rollout worker {', '.join(dead) or '?'} died: {err} The run stops (its "
                                f"checkpoints are kept)") from err
-        finally:
-            timer.cancel()
 
     # ------------------------------------------------------------------ use
     def map_fn(self, method: str, args: list[tuple], kwargs: list[dict]) -> list:

@@ -23,7 +23,6 @@ import copy
 import importlib.util
 import logging
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -35,7 +34,7 @@ from torch import nn
 from torchrl.collectors import Collector
 
 from envs import EnvConfig
-from pipelines.data.collectors import VersionedPolicy, make_worker_env
+from pipelines.data.collectors import VersionedPolicy, make_worker_env, watchdog
 from pipelines.data.env_control import Call
 
 log = logging.getLogger(__name__)
@@ -197,17 +196,13 @@ class RayWorkerCollector:
     @contextlib.contextmanager
     def _watch(self, what: str) -> Iterator[None]:
         """A wait on the actors under the watchdog; a stall becomes one ``RuntimeError`` naming the actors."""
-        timer = threading.Timer(self.timeout_s, self._stalled, (what,))
-        timer.daemon = True
-        timer.start()
         try:
-            yield
+            with watchdog(self.timeout_s, self._stalled, what):
+                yield
         except self._ray.exceptions.RayActorError as error:
             if self._stall is not None:
                 raise RuntimeError(self._stall) from error
             raise
-        finally:
-            timer.cancel()
 
     # ------------------------------------------------------------------ use
     def map_fn(self, method: str, args: list[tuple], kwargs: list[dict]) -> list:
@@ -258,7 +253,8 @@ class RayWorkerCollector:
                 self._recover(error)  # the round is collected again by every actor, with the same weights
                 iterator = None
                 continue
-            self._after_restarts(self.actor_states())  # (an actor may also have been restarted between rounds)
+            if self.options.max_restarts:  # (an actor may also have been restarted between rounds)
+                self._after_restarts(self.actor_states())
             yield batch.reshape(-1, batch.shape[-1])  # [actors, envs per actor, T] -> [B, T]
 
     def trained(self) -> None:

@@ -84,19 +84,25 @@ def cluster():
     cluster.shutdown()
 
 
-def _fit(cluster, tmp_path, probe: RayProbe, frames: int, max_restarts: int, extra: list = (), timeout_s: float = 300):
-    args = ["--config", CARTPOLE_DQN, "--data.init_args.collector=ray", "--data.init_args.workers=2",
-            "--data.init_args.num_envs=2", f"--data.init_args.total_frames={frames}",
-            "--data.init_args.init_random_frames=512", f"--data.init_args.ray.address={cluster.address}",
-            f"--data.init_args.ray.max_restarts={max_restarts}", f"--data.init_args.worker_timeout_s={timeout_s}",
-            "--trainer.callbacks=[]",
-            "--trainer.enable_progress_bar=false", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
-            f"--trainer.default_root_dir={tmp_path}"]
+def _run(tmp_path, args: list[str], *callbacks: L.Callback):
+    """``pipelines.fit`` in this process on ``args`` (no logger, checkpoints, progress bar or config callbacks), with
+    ``callbacks``; returns the CLI."""
+    args = [*args, "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false", "--trainer.logger=false",
+            "--trainer.enable_checkpointing=false", f"--trainer.default_root_dir={tmp_path}"]
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                  save_config_callback=None, auto_configure_optimizers=False, args=args)
-    cli.trainer.callbacks.extend([probe, *extra])
+    cli.trainer.callbacks.extend(callbacks)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     return cli
+
+
+def _fit(cluster, tmp_path, probe: RayProbe, frames: int, max_restarts: int, extra: list = (), timeout_s: float = 300):
+    """The CartPole DQN config on 2 Ray actors of 1 env row each, 512 random warm-up frames."""
+    return _run(tmp_path, ["--config", CARTPOLE_DQN, "--data.init_args.collector=ray", "--data.init_args.workers=2",
+                           "--data.init_args.num_envs=2", f"--data.init_args.total_frames={frames}",
+                           "--data.init_args.init_random_frames=512", f"--data.init_args.ray.address={cluster.address}",
+                           f"--data.init_args.ray.max_restarts={max_restarts}",
+                           f"--data.init_args.worker_timeout_s={timeout_s}"], probe, *extra)
 
 
 def test_two_node_cluster_trains_dqn_with_versions_following_the_learner(cluster, tmp_path, monkeypatch, caplog):
@@ -135,14 +141,9 @@ def test_actors_are_seeded_like_the_local_workers(cluster, tmp_path, monkeypatch
     monkeypatch.setattr("sys.argv", ["fit"])
     ray_first, local_first = _FirstBatch(), _FirstBatch()
     _fit(cluster, tmp_path / "ray", RayProbe(), frames=1024, max_restarts=0, extra=[ray_first])
-    args = ["--config", CARTPOLE_DQN, "--data.init_args.workers=2", "--data.init_args.num_envs=2",
-            "--data.init_args.total_frames=1024", "--data.init_args.init_random_frames=512", "--trainer.callbacks=[]",
-            "--trainer.enable_progress_bar=false", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
-            f"--trainer.default_root_dir={tmp_path / 'local'}"]
-    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
-                 save_config_callback=None, auto_configure_optimizers=False, args=args)
-    cli.trainer.callbacks.append(local_first)
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    _run(tmp_path / "local", ["--config", CARTPOLE_DQN, "--data.init_args.workers=2", "--data.init_args.num_envs=2",
+                              "--data.init_args.total_frames=1024", "--data.init_args.init_random_frames=512"],
+         local_first)
     assert ray_first.batch.shape == local_first.batch.shape == (2, 128)
     assert (ray_first.batch == local_first.batch).all()
     assert not torch.equal(ray_first.batch["observation"][0], ray_first.batch["observation"][1])
@@ -152,15 +153,9 @@ def test_ppo_trains_on_the_actors_in_synchronous_rounds(cluster, tmp_path, monke
     """On-policy: every PPO batch is one round of both actors, played by the learner's latest weights."""
     monkeypatch.setattr("sys.argv", ["fit"])
     probe = RayProbe()
-    args = ["--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--data.init_args.collector=ray",
-            "--data.init_args.workers=2", "--data.init_args.total_frames=1024",
-            f"--data.init_args.ray.address={cluster.address}", "--trainer.callbacks=[]",
-            "--trainer.enable_progress_bar=false", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
-            f"--trainer.default_root_dir={tmp_path}"]
-    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
-                 save_config_callback=None, auto_configure_optimizers=False, args=args)
-    cli.trainer.callbacks.append(probe)
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    cli = _run(tmp_path, ["--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--data.init_args.collector=ray",
+                          "--data.init_args.workers=2", "--data.init_args.total_frames=1024",
+                          f"--data.init_args.ray.address={cluster.address}"], probe)
     assert cli.model.collected_frames == 1024 and len(probe.seen) == 4
     assert [s["versions"] for s in probe.seen] == [[i] for i in range(4)]
     assert len(set(probe.seen[0]["nodes"])) == 2
@@ -221,15 +216,9 @@ class _ConfigureThenKill(L.Callback):
 
 def test_a_restarted_actor_gets_the_env_calls_made_since_the_start(cluster, tmp_path, monkeypatch):
     monkeypatch.setattr("sys.argv", ["fit"])
-    config = hockey_dqn_config(tmp_path, [])
     probe = _ConfigureThenKill()
-    args = ["--config", config, "--data.init_args.collector=ray", "--data.init_args.workers=2",
-            "--data.init_args.total_frames=640", f"--data.init_args.ray.address={cluster.address}",
-            "--data.init_args.ray.max_restarts=1", "--trainer.enable_checkpointing=false", "--trainer.callbacks=[]",
-            "--trainer.logger=false"]
-    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
-                 save_config_callback=None, auto_configure_optimizers=False, args=args)
-    cli.trainer.callbacks.append(probe)
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    _run(tmp_path, ["--config", hockey_dqn_config(tmp_path, []), "--data.init_args.collector=ray",
+                    "--data.init_args.workers=2", "--data.init_args.total_frames=640",
+                    f"--data.init_args.ray.address={cluster.address}", "--data.init_args.ray.max_restarts=1"], probe)
     assert probe.restarts == [1, 0]
     assert probe.w_touch == [0.123, 0.123], "the restarted actor's env lost the call made before its restart"
