@@ -8,11 +8,16 @@ shared-memory weight-sync scheme before every batch (``update_at_each_batch``), 
 envs through the collector's ``map_fn`` (:mod:`pipelines.env_control`). A fault ends the run, never hangs
 it: TorchRL checks the worker processes while it waits for them, and a watchdog kills the workers when a
 batch or a call takes longer than ``timeout_s`` (a stopped or stuck worker), so that check fires.
+
+Worker processes start from a fork server (:func:`start_workers_from_forkserver`) that imported torch, tensordict
+and TorchRL once: their pages are shared by every worker instead of loaded by each (with 8 game workers, 178 MB
+per worker (PSS) instead of 336 MB with ``spawn``, and no import of torch per worker at start-up).
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 import threading
@@ -31,6 +36,20 @@ from envs import EnvConfig, make_env
 from pipelines.data.env_control import Call, apply_calls
 
 SHUTDOWN_TIMEOUT_S = 5.0  # TorchRL asks workers to close, then terminates, then kills them within this time
+# the fork server's one import (in a fresh interpreter with this process's sys.path: nothing of this process's state)
+WORKER_PRELOAD = "pipelines.data.worker_server"
+
+
+def start_workers_from_forkserver() -> None:
+    """Make TorchRL's multi-process collectors start their workers from Python's fork server (``forkserver``,
+    which TorchRL supports and reads from the global start method; ``import torchrl`` sets ``spawn``). The server is
+    a fresh interpreter (not a fork of this process, so no threads or CUDA state are inherited) that imports
+    what every worker needs once (:mod:`pipelines.data.worker_server`); each worker is a fork of it, sharing those
+    pages copy-on-write. The workers get the environment variables of when the server started (the first worker run
+    of this process)."""
+    if multiprocessing.get_start_method(allow_none=True) != "forkserver":
+        multiprocessing.set_start_method("forkserver", force=True)
+        multiprocessing.set_forkserver_preload([WORKER_PRELOAD])
 
 
 def local_collector(env: EnvBase, policy: nn.Module, frames_per_batch: int, **options) -> Collector:
@@ -146,6 +165,7 @@ class WorkerCollector:
         self.asynchronous = asynchronous
         self.policy = VersionedPolicy(policy) if asynchronous else policy
         kind = MultiAsyncCollector if asynchronous else MultiSyncCollector
+        start_workers_from_forkserver()
         # the learner's torch threads: TorchRL leaves it cores - workers (1 with 8 workers on 2 cores), right when
         # both run at once (async); a synchronous learner updates while the workers wait, and keeps its own
         threads = {} if asynchronous else {"num_threads": torch.get_num_threads()}
