@@ -1,6 +1,6 @@
 """Emulated games: collection with rollout workers, and PPO training against Stable-Baselines3's.
 
-    python benchmarks/games_throughput.py [--workers 1 2 4 8] [--seconds 30] [--sb3_frames 16384]
+    python benchmarks/games_throughput.py [--workers 1 2 4 8] [--seconds 30] [--repeats 1] [--sb3_frames 16384]
                                           [--skip_scaling] [--skip_sb3]
 
 1 torch thread per process (the Pong learners: ``--learner_threads``, 2, for both), each contender alone in turn.
@@ -9,13 +9,16 @@
   the PPO module's collector policy (Nature CNN, CPU inference in the workers) collecting through
   ``pipelines.data.collectors.WorkerCollector`` with N worker processes of one emulator each, for ``--seconds``
   after one untimed batch. Frames are agent steps (4 emulator frames each). Episodes/hour counts finished games.
-  Scaling efficiency = (frames/s at N / frames/s at 1) / min(N, cores); the goal (issue 15) is >= 0.8. Memory per
-  worker: its proportional share (``Pss``: pages shared with the fork server and the other workers, such as the
-  imported torch and TorchRL, divided among the processes that map them; the goal is <= 300 MB) and its peak resident
-  set (``VmHWM``, which counts every shared page in full), in MB; ``run_pss_mb`` is the whole run's memory (this
-  process, the fork server, the workers and any children: the sum of their ``Pss``), against the original's 3 GB
-  with 8 workers. The original system reported 350
-  episodes/hour with 8 workers (training); ``vs_original`` compares episodes/hour per core used.
+  Scaling efficiency = (frames/s at N / frames/s at 1) / min(N, cores); the goal (issue 15) is >= 0.8. With
+  ``--repeats R`` the worker counts are run R times in turn (1, 2, 4, 8, 1, 2, ...: a drift of the machine's speed
+  reaches every count alike); each count reports its median run (the lower middle one for an even R), the efficiency
+  comes from the medians, and ``runs_frames_per_s`` / ``runs_scaling_efficiency`` keep every run (efficiency against
+  the same round's first count). Memory per worker: its proportional share (``Pss``: pages shared with the fork
+  server and the other workers, such as the imported torch and TorchRL, divided among the processes that map them;
+  the goal is <= 300 MB) and its peak resident set (``VmHWM``, which counts every shared page in full), in MB;
+  ``run_pss_mb`` is the whole run's memory (this process, the fork server, the workers and any children: the sum of
+  their ``Pss``), against the original's 3 GB with 8 workers. The original system reported 350 episodes/hour with 8
+  workers (training); ``vs_original`` compares episodes/hour per core used.
 * **SB3** (``ALE/Pong-v5``, RL Zoo's Atari PPO settings, 8 envs): ``pipelines.fit --config configs/pong_ppo.yaml``
   for ``--sb3_frames`` frames, with ALE's native vector env (the config's ``backend: ale_vector``) and with the
   emulators under TorchRL's transforms in 2 rollout workers of 4 games each, against SB3's ``PPO("CnnPolicy")`` over ``make_atari_env`` (``SubprocVecEnv`` of 8
@@ -196,6 +199,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--seconds", type=float, default=30.0, help="timed collection per worker count")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of every worker count, in turn (median reported)")
     parser.add_argument("--sb3_frames", type=int, default=16_384, help="training frames per contender on Pong")
     parser.add_argument("--learner_threads", type=int, default=2,
                         help="torch threads of both learners on Pong (each collects, then updates: no overlap)")
@@ -207,16 +211,27 @@ def main() -> None:
     cores = os.cpu_count() or 1
     result: dict = {"cores": cores, "game": GAME}
     if not args.skip_scaling:
+        runs: dict[str, list[dict]] = {str(n): [] for n in args.workers}
+        for _ in range(args.repeats):
+            for n in args.workers:
+                r = collect(n, args.seconds)
+                runs[str(n)].append(r)
+                print(f"{n} workers: {r['frames_per_s']:.0f} frames/s, {r['episodes_per_hour']:.0f} episodes/h, "
+                      f"worker PSS {r['worker_pss_mb']:.0f} MB, peak RSS {r['worker_peak_rss_mb']:.0f} MB; the run's "
+                      f"PSS {r['run_pss_mb']:.0f} MB", file=sys.stderr)
+        first = str(args.workers[0])
+
+        def efficiency(frames_per_s: float, n: str, base: float) -> float:
+            return frames_per_s / (base / int(first)) / min(int(n), cores)
+
         scaling = {}
-        for n in args.workers:
-            scaling[str(n)] = collect(n, args.seconds)
-            r = scaling[str(n)]
-            print(f"{n} workers: {r['frames_per_s']:.0f} frames/s, {r['episodes_per_hour']:.0f} episodes/h, worker "
-                  f"PSS {r['worker_pss_mb']:.0f} MB, peak RSS {r['worker_peak_rss_mb']:.0f} MB; the run's PSS "
-                  f"{r['run_pss_mb']:.0f} MB", file=sys.stderr)
-        one = scaling[str(args.workers[0])]["frames_per_s"] / args.workers[0]
+        for n, done in runs.items():
+            ordered = sorted(done, key=lambda r: r["frames_per_s"])
+            scaling[n] = {**ordered[(len(ordered) - 1) // 2], "runs_frames_per_s": [r["frames_per_s"] for r in done]}
         for n, r in scaling.items():
-            r["scaling_efficiency"] = r["frames_per_s"] / one / min(int(n), cores)
+            r["scaling_efficiency"] = efficiency(r["frames_per_s"], n, scaling[first]["frames_per_s"])
+            r["runs_scaling_efficiency"] = [efficiency(f, n, b) for f, b in
+                                            zip(r["runs_frames_per_s"], scaling[first]["runs_frames_per_s"])]
         result["scaling"] = scaling
         if "8" in scaling:
             per_core = scaling["8"]["episodes_per_hour"] / min(8, cores)

@@ -10,7 +10,7 @@ it: TorchRL checks the worker processes while it waits for them, and a watchdog 
 batch or a call takes longer than ``timeout_s`` (a stopped or stuck worker), so that check fires.
 
 Worker processes start from a fork server (:func:`start_workers_from_forkserver`) that imported torch, tensordict
-and TorchRL once: their pages are shared by every worker instead of loaded by each (with 8 game workers, 178 MB
+and TorchRL once: their pages are shared by every worker instead of loaded by each (with 8 game workers, about 175 MB
 per worker (PSS) instead of 336 MB with ``spawn``, and no import of torch per worker at start-up).
 """
 

@@ -4,7 +4,7 @@
 The server imports this module once, before it forks any worker: torch, tensordict, TorchRL's collectors and envs,
 and this project's envs, modules and worker-side data path. Then it moves every object made so far into the garbage
 collector's permanent generation (``gc.freeze``), so that a worker's collections never write into the pages it
-shares with the server and the other workers: with 8 game workers (``benchmarks/games_throughput.py``), 178 MB
+shares with the server and the other workers: with 8 game workers (``benchmarks/games_throughput.py``), about 175 MB
 per worker (PSS) instead of 229. The learner never imports this module.
 """
 
