@@ -221,9 +221,9 @@ class RLDataModule(L.LightningDataModule):
             if self.ray is not None:
                 self._collector = RayWorkerCollector(self.env_config, self.num_envs, self.workers, self.first_seed,
                                                      policy, self.frames_per_batch, self.ray, self.worker_timeout_s,
-                                                     self.control.startup_calls(), **self._collector_options())
-                self._collector.later_calls = self.control.later_calls
-                self.control.connect(self._collector)
+                                                     self.control.startup_calls(), self.control.later_calls,
+                                                     **self._collector_options())
+                self.control.connect(self._collector, keep_calls=self.ray.max_restarts > 0)
             elif self.workers:
                 self._collector = WorkerCollector(self.env_config, self.num_envs, self.workers, self.first_seed, policy,
                                                   self.frames_per_batch, self.worker_timeout_s,

@@ -11,7 +11,7 @@ batch or a call takes longer than ``timeout_s`` (a stopped or stuck worker), so 
 
 Worker processes start from a fork server (:func:`start_workers_from_forkserver`) that imported torch, tensordict
 and TorchRL once: their pages are shared by every worker instead of loaded by each (with 8 game workers, about 175 MB
-per worker (PSS) instead of 336 MB with ``spawn``, and no import of torch per worker at start-up).
+per worker (PSS) instead of 373 MB with ``spawn``, and no import of torch per worker at start-up).
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ class EnvControl:
         self.workers = workers
         self.rows_per_worker = env.batch_size[0] // workers if workers else 0
         self._startup: list[list[Call]] = [[] for _ in range(workers)]
-        self._later: list[list[Call]] = [[] for _ in range(workers)]  # calls sent to running workers, in order
+        self._later: list[list[Call]] | None = None  # calls sent to running workers, in order (where kept)
         self._collector: Workers | None = None
 
     def startup_calls(self) -> list[list[Call]]:
@@ -69,13 +69,16 @@ class EnvControl:
         return [list(calls) for calls in self._startup]
 
     def later_calls(self, worker: int) -> list[Call]:
-        """The calls sent to worker ``worker`` while it ran, in order: what a restarted worker (built with the startup
-        calls) needs again to reach the others' state."""
-        return list(self._later[worker])
+        """The calls sent to worker ``worker`` while it ran, in order (kept only when connected with ``keep_calls``):
+        what a restarted worker (built with the startup calls) needs again to reach the others' state."""
+        return list(self._later[worker]) if self._later is not None else []
 
-    def connect(self, collector: Workers) -> None:
-        """From now on, calls reach the workers through ``collector.map_fn``."""
+    def connect(self, collector: Workers, keep_calls: bool = False) -> None:
+        """From now on, calls reach the workers through ``collector.map_fn``; with ``keep_calls`` they are also kept
+        for :meth:`later_calls` (workers that may be restarted: Ray actors with ``max_restarts``), else not (the
+        list would only grow)."""
         self._collector = collector
+        self._later = [[] for _ in range(self.workers)] if keep_calls else None
 
     def disconnect(self) -> None:
         """The workers are gone (shut down): calls reach this process's env only until the next :meth:`connect`,
@@ -112,5 +115,5 @@ class EnvControl:
                 calls.append((method, args, kwargs))
         else:
             self._collector.map_fn(f"env.base_env.{method}", [a for a, _ in per_worker], [k for _, k in per_worker])
-            for calls, (args, kwargs) in zip(self._later, per_worker):
+            for calls, (args, kwargs) in zip(self._later or [], per_worker):
                 calls.append((method, args, kwargs))

@@ -7,7 +7,8 @@ replay buffer from every actor.
 
 An actor that dies (its process or its node) is restarted by Ray, up to ``data.ray.max_restarts`` times (each
 restart logged): the round it failed is collected again by all actors, the restarted one with its envs started
-again from their seeds and the env calls made since the start (curriculum phases, opponents...) made again. Past the limit the run stops with an error that names the actor and its node.
+again from their seeds and the env calls made since the start (curriculum phases, opponents...) made again. Past
+the limit the run stops with an error that names the actor and its node.
 
 TorchRL's own ``RayWeightSyncScheme`` is not used: it sends over a torch.distributed (gloo) group that an actor's
 restart breaks; and the actors get their policy's structure without its data (:func:`_shell_factory`), since Ray
@@ -101,6 +102,8 @@ class RayWorkerCollector:
         timeout_s: the longest a round (or a call on the actors) may take: past it the actors are killed for good
             and the run stops with an error naming the stuck ones (``data.worker_timeout_s``).
         startup_calls: per actor, the calls its env makes right after it is built.
+        later_calls: actor w -> the env calls made since the start, in order, made again on the actor after Ray
+            restarted it (its constructor replays only the startup calls); None: none.
         **collector_options: further collector arguments (``init_random_frames``: over all actors).
 
     Yields:
@@ -113,7 +116,8 @@ class RayWorkerCollector:
 
     def __init__(self, env_config: EnvConfig, num_envs: int, workers: int, first_seed: int, policy: nn.Module,
                  frames_per_batch: int, options: RayOptions, timeout_s: float = 300.0,
-                 startup_calls: list[list[Call]] | None = None, **collector_options) -> None:
+                 startup_calls: list[list[Call]] | None = None,
+                 later_calls: Callable[[int], list[Call]] | None = None, **collector_options) -> None:
         import ray
         from torchrl.collectors.distributed import RayCollector
 
@@ -143,9 +147,7 @@ class RayWorkerCollector:
         self._restarts = [0] * workers
         self.timeout_s = timeout_s
         self._stall: str | None = None
-        # actor w's env calls made since it started (set by the data module: EnvControl.later_calls), made again on a
-        # restarted actor: its constructor only replays the startup calls
-        self.later_calls: Callable[[int], list[Call]] = lambda worker: []
+        self.later_calls = later_calls or (lambda worker: [])
 
     # ------------------------------------------------------------------ actors
     def actor_states(self) -> list[dict]:
@@ -163,7 +165,7 @@ class RayWorkerCollector:
 
     def _after_restarts(self, states: list[dict]) -> None:
         """Log each actor's new restarts. A restarted actor (a new collector, its envs started again from their
-        seeds) gets the env calls made since the start again (:attr:`later_calls`), and plays with the policy at once
+        seeds) gets the env calls made since the start again (``later_calls``), and plays with the policy at once
         unless the run's random warm-up (``init_random_frames``) is not over."""
         remaining = max(self._random_frames - self._collector.collected_frames, 0) // len(states)
         for w, state in enumerate(states):

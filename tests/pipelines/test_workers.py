@@ -224,3 +224,31 @@ def test_workers_are_forks_of_one_server_that_imported_torch():
             assert memory["Pss"] < 0.56 * memory["Rss"], memory
     finally:
         collector.shutdown()
+
+
+def test_calls_to_running_workers_are_kept_only_for_workers_that_may_be_restarted():
+    """Without ``keep_calls`` (local workers: never restarted) the calls reach the workers and are not kept, so a long
+    run's list does not grow; with it (Ray actors with ``max_restarts``) each worker's own calls are kept in order."""
+    from envs.hockey import HockeyConfig
+    from pipelines.data.env_control import EnvControl
+
+    class Sent:
+        def __init__(self) -> None:
+            self.calls = []
+
+        def map_fn(self, method, args, kwargs):
+            self.calls.append((method, args, kwargs))
+            return [None] * len(args)
+
+    kinds = ["weak", "strong", "static", "weak"]
+    for keep in (False, True):
+        control, sent = EnvControl(make_env(HockeyConfig(opponent="weak"), 4, 0), workers=2), Sent()
+        control.connect(sent, keep_calls=keep)
+        control.call("configure", mode="TRAIN_SHOOTING")
+        control.call_rows("set_opponent", kinds)
+        assert [method for method, _, _ in sent.calls] == ["env.base_env.configure", "env.base_env.set_opponent"]
+        if keep:
+            assert control.later_calls(1) == [("configure", (), {"mode": "TRAIN_SHOOTING"}),
+                                              ("set_opponent", (kinds[2:],), {})]
+        else:
+            assert control.later_calls(0) == control.later_calls(1) == []
