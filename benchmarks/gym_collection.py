@@ -1,6 +1,6 @@
 """Collection overhead for gymnasium envs: time per collected frame here against Stable-Baselines3's.
 
-    python benchmarks/gym_collection.py [--frames 20480] [--num_envs 1 8] [--backends vector serial]
+    python benchmarks/gym_collection.py [--frames 20480] [--num_envs 1 8] [--backends vector serial] [--repeats 1]
 
 CartPole-v1, a DQN policy (2 x 256 MLP, epsilon 0.05), 1 torch thread, each contender alone in turn:
     * here: ``envs.make_env`` over ``GymConfig`` (each ``--backends`` entry), TorchRL's collector as the off-policy
@@ -9,6 +9,8 @@ CartPole-v1, a DQN policy (2 x 256 MLP, epsilon 0.05), 1 torch thread, each cont
     * SB3: ``DQN.learn`` with learning off (``gradient_steps=0``, the policy acting from the first step): its
       ``DummyVecEnv``, policy and replay buffer, collecting the same number of frames.
 ``--frames`` frames are timed after 2,048 untimed ones. The goal (issue 13): at most 1.5x SB3's time per frame.
+With ``--repeats R`` every contender runs R times in turn, and each figure is the median round (the host's
+speed swings by about +-10% between runs of the same code).
 
 Prints one JSON object (last stdout line): ``{"num_envs": {"1": {"sb3_us_per_frame": ..., "<backend>":
 {"us_per_frame": ..., "ratio_to_sb3": ...}}, ...}, "peak_rss_mb": ..., ...}``.
@@ -23,6 +25,7 @@ import resource
 import sys
 import time
 import warnings
+from statistics import median
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -82,22 +85,33 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=20480)
     parser.add_argument("--num_envs", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--backends", nargs="+", default=["vector", "serial"])
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds of every contender in turn; the figures are each one's median round, and a "
+                             "backend's ratio is the median of its rounds' ratios to SB3's time in the same round")
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     results = {}
     for n in args.num_envs:
-        row = {"sb3_us_per_frame": round(sb3(n, args.frames), 1)}
+        rounds = []
+        for _ in range(args.repeats):
+            times = {"sb3": sb3(n, args.frames)}
+            times.update({backend: ours(backend, n, args.frames) for backend in args.backends})
+            rounds.append(times)
+        row = {"sb3_us_per_frame": round(median(r["sb3"] for r in rounds), 1)}
         for backend in args.backends:
-            us = ours(backend, n, args.frames)
-            row[backend] = {"us_per_frame": round(us, 1), "ratio_to_sb3": round(us / row["sb3_us_per_frame"], 2)}
+            row[backend] = {"us_per_frame": round(median(r[backend] for r in rounds), 1),
+                            "ratio_to_sb3": round(median(r[backend] / r["sb3"] for r in rounds), 2)}
+        if args.repeats > 1:
+            row["rounds"] = [{k: round(v, 1) for k, v in r.items()} for r in rounds]
         results[str(n)] = row
         print(f"{n} envs: SB3 {row['sb3_us_per_frame']:.1f} us/frame; "
               + "; ".join(f"{b} {row[b]['us_per_frame']:.1f} us/frame ({row[b]['ratio_to_sb3']:.2f}x SB3)"
                           for b in args.backends), flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"env": "CartPole-v1", "frames": args.frames, "threads": 1, "num_envs": results,
-                      "goal_ratio_at_most": 1.5, "peak_rss_mb": round(peak), "load_average": os.getloadavg()[0]}))
+    print(json.dumps({"env": "CartPole-v1", "frames": args.frames, "threads": 1, "repeats": args.repeats,
+                      "num_envs": results, "goal_ratio_at_most": 1.5, "peak_rss_mb": round(peak),
+                      "load_average": os.getloadavg()[0]}))
 
 
 if __name__ == "__main__":

@@ -139,6 +139,15 @@ class GymConfig(EnvConfig):
         return env
 
 
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """The numpy dtype of a torch dtype (``torch.float32`` -> ``float32``).
+
+    Raises:
+        TypeError: a dtype numpy does not have (``bfloat16``).
+    """
+    return torch.empty((), dtype=dtype).numpy().dtype
+
+
 def one_env_specs(one: EnvBase, name: str) -> tuple[TensorSpec, TensorSpec, TensorSpec, TensorSpec]:
     """The observation, full action, full reward and full done specs of ``one``, TorchRL's wrapper of one gymnasium
     env (``GymEnv`` / ``GymWrapper``, ``categorical_action_encoding``), for :class:`GymVectorEnv`.
@@ -168,9 +177,10 @@ class GymVectorEnv(EnvBase):
     wrapper writes zeros as final observations; this env writes them as the vector env returns them; when
     every row finishes in one step the wrapper resets the vector env again, this env starts the episodes the
     vector env began). Built for speed (issue 13): no generic reading of infos and specs and no transform
-    layer (``envs.make_env`` adds none, as the env writes ``episode_reward``); with the lean collector policies,
-    a collected frame at 8 CartPole envs went from 285 to 59 us (``benchmarks/gym_collection.py``). Row b is
-    seeded ``seed + b`` (gymnasium's vector seeding).
+    layer (``envs.make_env`` adds none, as the env writes ``episode_reward``), the step's arrays converted by
+    numpy, and TorchRL's pass over the step's output skipped (:meth:`_step_proc_data`); with the lean collector
+    policies, a collected frame at 8 CartPole envs went from 285 to 47 us (``benchmarks/gym_collection.py``).
+    Row b is seeded ``seed + b`` (gymnasium's vector seeding).
 
     Entries: ``observation`` ``[B, *obs_shape]`` for an array space (one entry per key for a ``Dict`` space);
     ``action`` ``[B]`` int64 for ``Discrete`` (``categorical_action_encoding``), ``[B, *shape]`` for ``Box``;
@@ -206,8 +216,9 @@ class GymVectorEnv(EnvBase):
         observation, self.full_action_spec, self.full_reward_spec, self.full_done_spec = (
             spec.expand(num_envs) for spec in specs)
         self._obs_keys = list(observation.keys())
-        self._obs_dtypes = {k: observation[k].dtype for k in self._obs_keys}
+        self._obs_dtypes = {k: numpy_dtype(observation[k].dtype) for k in self._obs_keys}
         self._reward_dtype = self.reward_spec.dtype
+        self._np_reward_dtype = numpy_dtype(self._reward_dtype)
         observation["episode_reward"] = Unbounded(shape=(num_envs, 1), dtype=self._reward_dtype, device=self.device)
         self.observation_spec = observation
         self.env_id = env_id
@@ -224,7 +235,7 @@ class GymVectorEnv(EnvBase):
         # in the step that ended its episode), and each row's return so far
         self._last: dict[str, Tensor] | None = None
         self._fresh = np.zeros(num_envs, dtype=bool)
-        self._return = torch.zeros(num_envs, 1, dtype=self._reward_dtype, device=self.device)
+        self._return = np.zeros((num_envs, 1), dtype=self._np_reward_dtype)
 
     @property
     def vector(self) -> gym.vector.VectorEnv:
@@ -234,11 +245,18 @@ class GymVectorEnv(EnvBase):
             self._vector = self._make_vector()
         return self._vector
 
+    def _tensor(self, array: np.ndarray, dtype: np.dtype | None = None) -> Tensor:
+        """A numpy array as a tensor (of ``dtype``, a numpy dtype, if given) on this env's device. The conversion is
+        numpy's, and on CPU the tensor shares the array's memory: arrays handed out are never written again
+        (gymnasium's vector env returns new arrays each step, and this env replaces its own)."""
+        tensor = torch.from_numpy(np.asarray(array, dtype=dtype))
+        return tensor if self.device is None else tensor.to(self.device)
+
     def _tensors(self, observation: np.ndarray | dict) -> dict[str, Tensor]:
         """A gymnasium batch of observations (an array, or a dict of arrays) as ``{key: [B, ...] tensor}``."""
         if not isinstance(observation, dict):
             observation = {self._obs_keys[0]: observation}
-        return {k: torch.as_tensor(observation[k]).to(self.device, dtype) for k, dtype in self._obs_dtypes.items()}
+        return {k: self._tensor(observation[k], dtype) for k, dtype in self._obs_dtypes.items()}
 
     def _reset(self, tensordict: TensorDictBase | None, **kwargs) -> TensorDictBase:
         rows = tensordict.get("_reset", None) if tensordict is not None else None
@@ -255,17 +273,17 @@ class GymVectorEnv(EnvBase):
             observation, info = self.vector.reset(seed=seed)
             self._on_info(info, torch.ones(len(stale), dtype=torch.bool))
             self._fresh[:] = False
-            self._return = torch.zeros_like(self._return)
+            self._return = np.zeros_like(self._return)
             self._last = self._tensors(observation)
         elif stale.any():
             observation, info = self.vector.reset(options={"reset_mask": stale})
             self._on_info(info, torch.from_numpy(stale))
-            self._return = self._return.masked_fill(torch.as_tensor(stale).to(self.device).unsqueeze(-1), 0)
+            self._return = np.where(stale[:, None], self._return.dtype.type(0), self._return)
             self._last = self._tensors(observation)
         return self._reset_output()
 
     def _reset_output(self) -> TensorDictBase:
-        out = {**self._last, "episode_reward": self._return}
+        out = {**self._last, "episode_reward": self._tensor(self._return)}
         self._extra(out, None)
         return TensorDict(out, batch_size=self.batch_size, device=self.device)
 
@@ -276,11 +294,13 @@ class GymVectorEnv(EnvBase):
         """A subclass's hook: add entries to the output ``out`` of a step (``done`` ``[B, 1]``) or a reset (None)."""
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        observation, reward, terminated, truncated, info = self.vector.step(tensordict.get("action").cpu().numpy())
+        action = tensordict.get("action")
+        observation, reward, terminated, truncated, info = self.vector.step(
+            (action if self.device is None else action.cpu()).numpy())
         self._on_info(info, None)
         self._last = self._tensors(observation)
         done = terminated | truncated
-        self._fresh = done.copy()
+        self._fresh[:] = done
         if done.any():  # the step's own observation of a finished row is its episode's final one
             rows, final = done.nonzero()[0], info["final_obs"]
             if isinstance(observation, dict):
@@ -294,15 +314,27 @@ class GymVectorEnv(EnvBase):
             out = self._tensors(observation)
         else:
             out = dict(self._last)
-        dev = self.device
-        out["reward"] = torch.as_tensor(reward).to(dev, self._reward_dtype).unsqueeze(-1)
-        out["done"] = torch.as_tensor(done).to(dev).unsqueeze(-1)
-        out["terminated"] = torch.as_tensor(terminated).to(dev).unsqueeze(-1)
-        out["truncated"] = torch.as_tensor(truncated).to(dev).unsqueeze(-1)
-        out["episode_reward"] = self._return + out["reward"]
-        self._return = out["episode_reward"].masked_fill(out["done"], 0)  # a finished row's next episode starts at 0
+        # the flags and reward as [B, 1], converted by numpy (a torch call per entry costs more than the step of a
+        # classic-control env)
+        reward = np.asarray(reward, dtype=self._np_reward_dtype)[:, None]
+        episode_reward = self._return + reward
+        self._return = np.where(done[:, None], episode_reward.dtype.type(0), episode_reward)  # a new episode's is 0
+        out["reward"] = self._tensor(reward)
+        out["done"] = self._tensor(done[:, None])
+        out["terminated"] = self._tensor(terminated[:, None])
+        out["truncated"] = self._tensor(truncated[:, None])
+        out["episode_reward"] = self._tensor(episode_reward)
         self._extra(out, out["done"])
-        return TensorDict(out, batch_size=self.batch_size, device=dev)
+        # _new_unsafe skips the checks of TensorDict(...): every entry is built here with batch size [B]
+        return TensorDict._new_unsafe(out, batch_size=self.batch_size, device=self.device)
+
+    def _step_proc_data(self, next_tensordict_out: TensorDictBase) -> TensorDictBase:
+        """:meth:`_step`'s output as it is: TorchRL's pass over a step's output reshapes rewards to ``[B, 1]`` and
+        adds missing done entries, which :meth:`_step` writes itself (6% of a collected 1-env frame). With
+        ``run_type_checks`` on, TorchRL's pass and its type checks run."""
+        if self.run_type_checks:
+            return super()._step_proc_data(next_tensordict_out)
+        return next_tensordict_out
 
     def maybe_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
         """TorchRL's reset of the finished rows of ``tensordict`` (``step_mdp``'s output of a step), without a reset
@@ -310,7 +342,8 @@ class GymVectorEnv(EnvBase):
         zero returns are written in and their done flags cleared, as ``EnvBase.maybe_reset`` would through
         :meth:`_reset` and its merge of the reset rows (20% of a collected step at 8 CartPole envs otherwise).
         Any other finished row takes TorchRL's path."""
-        done = tensordict.get("done").reshape(-1).cpu().numpy()
+        done = tensordict.get("done")
+        done = (done if self.device is None else done.cpu()).numpy().reshape(-1)  # numpy's any is cheaper here
         if not done.any():
             return tensordict
         if (done & ~self._fresh).any():
@@ -318,7 +351,7 @@ class GymVectorEnv(EnvBase):
         self._fresh &= ~done
         for key, value in self._last.items():  # the rows that played on are at these observations too
             tensordict.set(key, value)
-        tensordict.set("episode_reward", self._return)
+        tensordict.set("episode_reward", self._tensor(self._return))
         for key in ("done", "terminated", "truncated"):
             tensordict.set(key, torch.zeros_like(tensordict.get(key)))
         return tensordict
@@ -339,7 +372,7 @@ class GymVectorEnv(EnvBase):
         return {"seed": self._seeded_with, "vector": snapshot(self.vector),
                 "envs": [snapshot(e) for e in self.vector.envs],
                 "last": {k: v.cpu().clone() for k, v in self._last.items()},
-                "fresh": torch.from_numpy(self._fresh.copy()), "return": self._return.cpu().clone()}
+                "fresh": torch.from_numpy(self._fresh.copy()), "return": torch.from_numpy(self._return.copy())}
 
     def load_resume_state(self, state: dict, keep_row_seeds: bool = False) -> bool:
         """Restore :meth:`resume_state`: the collector's next full reset hands out the saved step, and the envs
@@ -359,7 +392,7 @@ class GymVectorEnv(EnvBase):
             restore(env, env_state)
         self._last = {k: v.to(self.device) for k, v in state["last"].items()}
         self._fresh = state["fresh"].numpy().copy()
-        self._return = state["return"].to(self.device)
+        self._return = state["return"].cpu().numpy().astype(self._np_reward_dtype)
         self._restored, self._seed = True, None
         return True
 

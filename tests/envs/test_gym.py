@@ -96,6 +96,9 @@ def test_vector_env_gives_torchrl_wrappers_data(env_id):
     reset without ``_reset`` and its wrapper resets the vector env again, while ours starts the episodes the
     vector env began in that step (both fresh episodes; from there the RNG streams part)."""
     check_env_specs(make_env(GymConfig(env_id), 4, 7))
+    checked = make_env(GymConfig(env_id), 4, 7)
+    checked.run_type_checks = True  # TorchRL's pass over each step's output, with its type checks (skipped otherwise)
+    assert checked.rollout(250, break_when_any_done=False)["next", "done"].any()
     ours, reference = make_env(GymConfig(env_id), 4, 7), wrapper_reference(env_id, 4, 7)
     assert set(ours.observation_spec.keys()) == set(reference.observation_spec.keys())
     assert ours.full_done_spec == reference.full_done_spec and ours.action_spec == reference.action_spec
