@@ -1,7 +1,7 @@
 """Peer benchmark: the same DQN, SAC or PPO run here and in Stable-Baselines3, in one command.
 
     python benchmarks/peer_sb3.py [--config configs/cartpole_dqn.yaml] [--total_frames N] [--episodes 32]
-        [--seed S] [--eval_seed S] [--quick] [--device cpu|cuda] [--compile_mode MODE]
+        [--seed S] [--eval_seed S] [--quick] [--device cpu|cuda] [--compile_mode MODE] [--sb3_flush_denormal]
     python benchmarks/peer_sb3.py --config configs/pendulum_sac.yaml    # SAC on Pendulum-v1
     python benchmarks/peer_sb3.py --config configs/cartpole_ppo.yaml    # PPO on CartPole-v1 (8 envs)
 
@@ -312,10 +312,13 @@ class SB3Policy:
         return td
 
 
-def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: str = "cpu") -> dict:
+def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: str = "cpu",
+              flush_denormal: bool = False) -> dict:
     """Train SB3's DQN, SAC or PPO (``hp["algorithm"]``) with ``hp`` and play its greedy policy on ``env_spec``; runs
-    in its own process."""
+    in its own process. ``flush_denormal``: with ``torch.set_flush_denormal(True)``, as this framework's fits run
+    (SB3 does not set it)."""
     torch.set_num_threads(1)
+    torch.set_flush_denormal(flush_denormal)
     import stable_baselines3  # optional dependency (the bench extra)
     from stable_baselines3.common.env_util import make_vec_env
 
@@ -368,6 +371,9 @@ def main() -> None:
                         help="where both learners train (ours: --trainer.accelerator=gpu; SB3: device=cuda)")
     parser.add_argument("--compile_mode", default=None,
                         help="ours with model.compile=true and this torch.compile mode (default, reduce-overhead, ...)")
+    parser.add_argument("--sb3_flush_denormal", action="store_true",
+                        help="SB3 with torch.set_flush_denormal(True), as this framework's fits run (default: as SB3 "
+                             "runs, denormal floats computed)")
     args = parser.parse_args()
     if args.only != "ours" and importlib.util.find_spec("stable_baselines3") is None:
         sys.exit(MISSING_SB3)
@@ -394,7 +400,8 @@ def main() -> None:
     if args.only != "ours":
         print(f"sb3: {hp['algorithm']} {hp} ...", file=sys.stderr, flush=True)
         result["sb3"] = isolated(train_sb3, hp, config["data"]["init_args"]["env"], episodes, args.eval_seed,
-                                 args.device)
+                                 args.device, args.sb3_flush_denormal)
+        result["sb3"]["flush_denormal"] = args.sb3_flush_denormal
         print(f"sb3: {result['sb3']}", file=sys.stderr, flush=True)
     if "ours" in result and "sb3" in result:
         result["ratio"] = result["ours"]["steps_per_s"] / result["sb3"]["steps_per_s"]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -199,3 +202,28 @@ def test_tensorboard_holds_the_config_and_reference_charts(smoke_run):
     charts = {c.title: list(c.multiline.tag) for category in layout.category for c in category.chart}
     assert charts["embedding accuracy"] == ["embedding/accuracy", "embedding/bayes_accuracy"]
     assert charts["episode return"] == ["rollout/episode_return", "eval/episode_return"]
+
+
+
+DENORMAL_PROBE = """
+import sys, torch
+from modules.base import RLModule
+from pipelines.data import RLDataModule
+from pipelines.fit import FitCLI
+FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+       save_config_callback=None, auto_configure_optimizers=False, args=sys.argv[1:])
+print((torch.tensor([1e-30]) * 1e-10).item())  # 1e-40: a denormal float32
+"""
+
+
+def test_denormals_are_flushed_unless_the_run_says_otherwise(tmp_path):
+    """A fit computes with denormal floats flushed to zero (Adam's second moments of near-zero gradients are
+    denormal, and the CPU is many times slower with them); ``--flush_denormal=false`` keeps them."""
+    values = []
+    for extra in ([], ["--flush_denormal=false"]):
+        proc = subprocess.run([sys.executable, "-c", DENORMAL_PROBE, "--config", SMOKE, "--trainer.logger=false",
+                               f"--trainer.default_root_dir={tmp_path}", *extra], cwd=REPO, capture_output=True,
+                              text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        values.append(float(proc.stdout.strip().splitlines()[-1]))
+    assert values[0] == 0.0 and 0.0 < values[1] < 1e-38
