@@ -204,7 +204,6 @@ def test_tensorboard_holds_the_config_and_reference_charts(smoke_run):
     assert charts["episode return"] == ["rollout/episode_return", "eval/episode_return"]
 
 
-
 DENORMAL_PROBE = """
 import sys, torch
 from modules.base import RLModule
