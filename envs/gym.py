@@ -13,6 +13,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 from torchrl.data import TensorSpec, Unbounded
+from torchrl.data.utils import torch_to_numpy_dtype_dict
 from torchrl.envs import EnvBase, GymEnv, ParallelEnv, SerialEnv
 
 from envs.config import EnvConfig
@@ -139,15 +140,6 @@ class GymConfig(EnvConfig):
         return env
 
 
-def numpy_dtype(dtype: torch.dtype) -> np.dtype:
-    """The numpy dtype of a torch dtype (``torch.float32`` -> ``float32``).
-
-    Raises:
-        TypeError: a dtype numpy does not have (``bfloat16``).
-    """
-    return torch.empty((), dtype=dtype).numpy().dtype
-
-
 def one_env_specs(one: EnvBase, name: str) -> tuple[TensorSpec, TensorSpec, TensorSpec, TensorSpec]:
     """The observation, full action, full reward and full done specs of ``one``, TorchRL's wrapper of one gymnasium
     env (``GymEnv`` / ``GymWrapper``, ``categorical_action_encoding``), for :class:`GymVectorEnv`.
@@ -179,7 +171,7 @@ class GymVectorEnv(EnvBase):
     vector env began). Built for speed (issue 13): no generic reading of infos and specs and no transform
     layer (``envs.make_env`` adds none, as the env writes ``episode_reward``), the step's arrays converted by
     numpy, and TorchRL's pass over the step's output skipped (:meth:`_step_proc_data`); with the lean collector
-    policies, a collected frame at 8 CartPole envs went from 285 to 47 us (``benchmarks/gym_collection.py``).
+    policies, a collected frame at 8 CartPole envs went from 285 to 40-52 us (``benchmarks/gym_collection.py``).
     Row b is seeded ``seed + b`` (gymnasium's vector seeding).
 
     Entries: ``observation`` ``[B, *obs_shape]`` for an array space (one entry per key for a ``Dict`` space);
@@ -216,9 +208,9 @@ class GymVectorEnv(EnvBase):
         observation, self.full_action_spec, self.full_reward_spec, self.full_done_spec = (
             spec.expand(num_envs) for spec in specs)
         self._obs_keys = list(observation.keys())
-        self._obs_dtypes = {k: numpy_dtype(observation[k].dtype) for k in self._obs_keys}
+        self._obs_dtypes = {k: torch_to_numpy_dtype_dict[observation[k].dtype] for k in self._obs_keys}
         self._reward_dtype = self.reward_spec.dtype
-        self._np_reward_dtype = numpy_dtype(self._reward_dtype)
+        self._np_reward_dtype = torch_to_numpy_dtype_dict[self._reward_dtype]
         observation["episode_reward"] = Unbounded(shape=(num_envs, 1), dtype=self._reward_dtype, device=self.device)
         self.observation_spec = observation
         self.env_id = env_id
@@ -330,7 +322,7 @@ class GymVectorEnv(EnvBase):
 
     def _step_proc_data(self, next_tensordict_out: TensorDictBase) -> TensorDictBase:
         """:meth:`_step`'s output as it is: TorchRL's pass over a step's output reshapes rewards to ``[B, 1]`` and
-        adds missing done entries, which :meth:`_step` writes itself (6% of a collected 1-env frame). With
+        adds missing done entries, which :meth:`_step` writes itself (about 7% of a collected 1-env frame). With
         ``run_type_checks`` on, TorchRL's pass and its type checks run."""
         if self.run_type_checks:
             return super()._step_proc_data(next_tensordict_out)
