@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from functools import partial
 
@@ -195,15 +196,25 @@ class WorkerCollector:
 
     @contextlib.contextmanager
     def _watch(self, what: str) -> Iterator[None]:
-        """Run a wait on the workers under the watchdog; a worker fault becomes one ``RuntimeError`` naming it."""
+        """Run a wait on the workers under the watchdog; a worker fault becomes one ``RuntimeError`` naming it:
+        TorchRL's check of the worker processes, or a message sent to a worker that died after that check (a closed
+        pipe)."""
         try:
             with watchdog(self.timeout_s, self._stalled, what):
                 yield
-        except RuntimeError as err:
+        except (RuntimeError, BrokenPipeError, ConnectionResetError, EOFError) as err:
             if self._stall is not None:
                 raise RuntimeError(self._stall) from err
-            dead = [f"{w} (pid {pid}, exit code {proc.exitcode})" for w, (pid, proc) in enumerate(zip(self.pids, self.procs))
-                    if not proc._closed and proc.exitcode is not None]
+            deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S  # a worker whose pipe closed is dead, maybe not yet reaped
+            while True:
+                ended = [(w, pid, proc.exitcode) for w, (pid, proc) in enumerate(zip(self.pids, self.procs))
+                         if not proc._closed and proc.exitcode is not None]
+                if ended or isinstance(err, RuntimeError) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            # the failed ones (others may have ended cleanly meanwhile: TorchRL closes the rest on an error)
+            ended = [e for e in ended if e[2] != 0] or ended
+            dead = [f"{w} (pid {pid}, exit code {code})" for w, pid, code in ended]
             raise RuntimeError(f"rollout worker {', '.join(dead) or '?'} died: {err} The run stops (its "
                                f"checkpoints are kept)") from err
 

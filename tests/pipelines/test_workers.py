@@ -252,3 +252,35 @@ def test_calls_to_running_workers_are_kept_only_for_workers_that_may_be_restarte
                                               ("set_opponent", (kinds[2:],), {})]
         else:
             assert control.later_calls(0) == control.later_calls(1) == []
+
+
+def test_a_message_to_a_killed_worker_names_it(monkeypatch):
+    """A worker killed right after TorchRL's check that all workers live (reproduced by skipping the check): the
+    learner's next message to it meets a closed pipe (``BrokenPipeError``), which becomes the same error as any worker
+    fault, naming the worker and its exit code."""
+    import signal
+    import time
+
+    import torchrl.collectors._multi_sync as multi_sync
+
+    from envs import EnvSpecs
+    from envs.gym import GymConfig
+    from modules.dqn import DQNModule, QNetwork
+    from pipelines.data.collectors import WorkerCollector
+
+    config = GymConfig("CartPole-v1")
+    module = DQNModule(QNetwork(num_actions=2))
+    module.build_on(EnvSpecs.of(make_env(config, 2, 0)))
+    collector = WorkerCollector(config, 4, 2, 0, module.collector_policy, 64, timeout_s=60.0)
+    try:
+        batches = iter(collector)
+        next(batches)
+        os.kill(collector.pids[1], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while collector.procs[1].exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        monkeypatch.setattr(multi_sync, "_check_for_faulty_process", lambda procs: None)
+        with pytest.raises(RuntimeError, match=rf"rollout worker 1 \(pid {collector.pids[1]}, exit code -9\) died"):
+            next(batches)
+    finally:
+        collector.shutdown()
