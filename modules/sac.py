@@ -15,12 +15,11 @@ from torch import Tensor, nn
 from torch.distributions import Categorical as TorchCategorical
 from torchrl.data import Bounded, Categorical, OneHot
 from torchrl.envs.utils import ExplorationType, exploration_type
-from torchrl.modules import TanhNormal
 
 from envs import EnvSpecs
 from modules.base import DISCOUNT, LEARNING_RATE, RLModule, check_hparams
 from modules.policy import TensorPolicy
-from modules.sac_loss import Critics, continuous_sac_loss, discrete_sac_loss
+from modules.sac_loss import Critics, continuous_sac_loss, discrete_sac_loss, tanh_normal_rsample
 from modules.target import TargetNetwork
 
 _RECORDED = ("loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy")
@@ -85,7 +84,8 @@ class SACActorPolicy(nn.Module):
     ``ProbabilisticActor`` over the actor draws it (``tests/modules/test_sac.py`` checks the same actions on the
     same random state), without its TensorDict modules around every call.
 
-    * continuous (``low``, ``high`` given): ``TanhNormal(loc, scale, low, high)`` of the actor's ``loc, scale``;
+    * continuous (``low``, ``high`` given): ``TanhNormal(loc, scale, low, high)`` of the actor's ``loc, scale``
+      (drawn by :func:`modules.sac_loss.tanh_normal_rsample`);
     * discrete: ``Categorical(logits)``.
 
     Under ``ExplorationType.RANDOM`` (the collector's) the action is a sample (``rsample`` for the tanh-normal);
@@ -117,7 +117,7 @@ class SACActorPolicy(nn.Module):
         if not sample:  # TanhNormal's deterministic_sample written out (its safe tanh cannot be traced for export)
             limit = 1.0 - torch.finfo(loc.dtype).resolution
             return (self.high + self.low) / 2 + (self.high - self.low) / 2 * loc.tanh().clamp(-limit, limit)
-        return TanhNormal(loc, scale, low=self.low, high=self.high).rsample()
+        return tanh_normal_rsample(loc, scale, self.low, self.high, log_prob=False)[0]
 
 
 class SACModule(RLModule):

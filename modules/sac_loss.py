@@ -3,26 +3,59 @@
 (Christodoulou 2019, arXiv:1910.07207, eqs. 10-12: expectations over the action probabilities).
 
 Lean compositions of what TorchRL's ``SACLoss`` (v2, no value network) and ``DiscreteSACLoss`` compute, with
-TorchRL's own pieces (``TanhNormal``, ``compute_rsample_log_prob``, ``td0_return_estimate`` through
-:func:`modules.target.td0_target`, ``distance_loss``)
-and plain critic modules instead of stacked functional parameters. ``tests/modules/test_sac_loss.py`` checks
+TorchRL's own pieces (``td0_return_estimate`` through :func:`modules.target.td0_target`, ``distance_loss``, the
+safe tanh of its ``TanhNormal``), :func:`tanh_normal_rsample` for the draws of TorchRL's ``TanhNormal`` and plain
+critic modules instead of stacked functional parameters. ``tests/modules/test_sac_loss.py`` checks
 loss values, priorities and gradients against the TorchRL modules on the same batch and random draws.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from contextlib import contextmanager
 
 import torch
 from tensordict import TensorDictBase
 from torch import Tensor, nn
 from torch.distributions import Categorical
-from torchrl.modules import TanhNormal
-from torchrl.objectives.sac import compute_rsample_log_prob
+from torch.nn import functional as F
+from torchrl.modules.distributions.utils import safetanh_noeps
 from torchrl.objectives.utils import distance_loss
 
 from modules.target import td0_target, weighted_mean
+
+
+_LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
+
+
+def tanh_normal_rsample(loc: Tensor, scale: Tensor, low: Tensor, high: Tensor,
+                        log_prob: bool = True) -> tuple[Tensor, Tensor | None]:
+    """A reparameterised draw of a tanh-Gaussian on [``low``, ``high``] and its log-probability, as TorchRL's
+    ``TanhNormal(loc, scale, low=low, high=high).rsample_and_log_prob()`` computes them (its defaults: safe tanh,
+    no ``tanh_loc``, one event dim), without building the distribution and its transforms on every call: on a
+    CPU, 290 against 774 us for a Pendulum batch of 256 (forward and backward). Draws the same random numbers, so
+    the same action on the same random state (``tests/modules/test_sac_loss.py``, ``tests/modules/test_sac.py``).
+
+    u = loc + scale eps (eps ~ N(0, 1), drawn as ``torch.distributions.Normal.rsample`` draws it); the action is
+    (high + low) / 2 + (high - low) / 2 tanh(u) (tanh clamped at 1 - resolution, TorchRL's safe tanh); log pi =
+    sum_i [log N(u_i; loc_i, scale_i) - log(1 - tanh(u_i)^2) - log((high_i - low_i) / 2)] (change of variables,
+    Haarnoja et al. 2018, arXiv:1801.01290, appendix C), with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)).
+
+    Args:
+        loc, scale: ``[*B, A]`` (scale > 0). low, high: ``[A]``. log_prob: False to skip the log-probability.
+
+    Returns:
+        The action ``[*B, A]`` and its log-probability ``[*B]`` (None without ``log_prob``).
+    """
+    shape = torch.broadcast_shapes(loc.shape, scale.shape)
+    u = loc + torch.empty(shape, dtype=loc.dtype, device=loc.device).normal_() * scale
+    action = (high + low) / 2 + (high - low) / 2 * safetanh_noeps(u)
+    if not log_prob:
+        return action, None
+    gaussian = (-((u - loc) ** 2) / (2 * scale ** 2) - scale.log() - _LOG_SQRT_2PI).sum(-1)
+    squash = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u)) + ((high - low) / 2).abs().log()
+    return action, gaussian - squash.sum(-1)
 
 
 class Critics(nn.Module):
@@ -86,12 +119,12 @@ def continuous_sac_loss(actor: nn.Module, critics: Critics, target_critics: nn.M
     alpha = log_alpha.detach().exp()
     with torch.no_grad():
         next_obs = batch.get(("next", observation_key))
-        next_action, next_log_prob = compute_rsample_log_prob(TanhNormal(*actor(next_obs), low=low, high=high))
+        next_action, next_log_prob = tanh_normal_rsample(*actor(next_obs), low, high)
         next_value = (target_critics(next_obs, next_action) - alpha * next_log_prob.unsqueeze(-1)).min(0)[0]
         target = td0_target(batch, next_value, gamma)
     predicted = critics(obs, batch.get("action")).squeeze(-1)
     loss_qvalue = weighted_mean(distance_loss(predicted, target.expand_as(predicted), loss_function).sum(0), weight)
-    action, log_prob = compute_rsample_log_prob(TanhNormal(*actor(obs), low=low, high=high))
+    action, log_prob = tanh_normal_rsample(*actor(obs), low, high)
     with frozen(critics):
         min_q = critics(obs, action).min(0)[0].squeeze(-1)
     loss_actor = weighted_mean(alpha * log_prob - min_q, weight)

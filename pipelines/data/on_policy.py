@@ -47,29 +47,38 @@ class OnPolicyDataModule(RLDataModule):
 
     def training_batches(self) -> Iterator[Minibatches]:
         """Per collected batch ``[N]``, its minibatches: ``ppo_epochs`` shuffles, each split into
-        ``N / mini_batch_size`` minibatches."""
+        ``N / mini_batch_size`` minibatches. A minibatch of the whole batch (``mini_batch_size`` = N) is the batch
+        itself, ``ppo_epochs`` times: the loss is a mean over its frames, so a shuffle would change only the order
+        of a float sum, and copying the batch out costs more than the update's arithmetic on small networks."""
         for batch in self.batches():  # (a stop is checked before each collection: every batch collected is trained on)
+            if self.mini_batch_size == batch.numel():
+                yield Minibatches(batch, None, self.ppo_epochs)
+                continue
             order = torch.stack([torch.randperm(batch.numel()) for _ in range(self.ppo_epochs)])
             yield Minibatches(batch, order.reshape(-1, self.mini_batch_size))
 
 
 class Minibatches:
     """A collected batch ``[N]`` and the order of its minibatches ``[K, M]`` (frame indices): iterating gives
-    ``data[index[k]]`` for k = 0 .. K-1, each made when it is read. ``to(device)`` moves both (Lightning calls it).
+    ``data[index[k]]`` for k = 0 .. K-1, each made when it is read; without an index, ``data`` itself ``repeats``
+    times (read-only: the updates must not write into it). ``to(device)`` moves both (Lightning calls it).
 
     Args:
-        data: the batch ``[N]``. index: int64 ``[K, M]``.
+        data: the batch ``[N]``. index: int64 ``[K, M]``, or None. repeats: K when ``index`` is None.
     """
 
-    def __init__(self, data: TensorDict, index: torch.Tensor) -> None:
-        self.data, self.index = data, index
+    def __init__(self, data: TensorDict, index: torch.Tensor | None, repeats: int = 1) -> None:
+        self.data, self.index, self.repeats = data, index, repeats
 
     def __len__(self) -> int:
-        return self.index.shape[0]
+        return self.repeats if self.index is None else self.index.shape[0]
 
     def __iter__(self) -> Iterator[TensorDict]:
+        if self.index is None:
+            yield from (self.data for _ in range(self.repeats))
+            return
         for index in self.index:
             yield self.data[index]
 
     def to(self, device) -> Minibatches:
-        return Minibatches(self.data.to(device), self.index.to(device))
+        return Minibatches(self.data.to(device), None if self.index is None else self.index.to(device), self.repeats)

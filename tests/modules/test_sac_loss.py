@@ -15,7 +15,7 @@ from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
 from torchrl.objectives import DiscreteSACLoss, SACLoss, ValueEstimators
 
 from modules.sac import SACNetworks
-from modules.sac_loss import Critics, continuous_sac_loss, discrete_sac_loss
+from modules.sac_loss import Critics, continuous_sac_loss, discrete_sac_loss, tanh_normal_rsample
 from modules.target import TargetNetwork
 
 pytestmark = pytest.mark.filterwarnings("ignore:No target network updater")
@@ -133,3 +133,27 @@ def test_critic_copies_are_resampled_and_independent():
     a, b = (list(net.parameters()) for net in critics.nets)
     assert not torch.equal(a[0], b[0]) and not torch.equal(a[0], next(nets.critic.parameters()))
     assert critics(torch.zeros(5, F), torch.zeros(5, 1)).shape == (2, 5, 1)
+
+
+def test_tanh_normal_draw_equals_torchrl_even_where_tanh_saturates():
+    """The lean tanh-Gaussian draw gives TorchRL's ``TanhNormal.rsample_and_log_prob`` action, log-probability and
+    gradients on the same random state, with asymmetric bounds and locations far into tanh's flat tails."""
+    loc = torch.tensor([[0.3, -0.2], [12.0, -15.0], [-3.0, 4.0]]).repeat(8, 1).requires_grad_()
+    raw_scale = torch.tensor([[0.5, 1.5], [0.1, 0.2], [2.0, 0.05]]).repeat(8, 1).requires_grad_()
+    low, high = torch.tensor([-2.0, -1.0]), torch.tensor([2.0, 3.0])
+    results = []
+    for draw in ("ours", "torchrl"):
+        torch.manual_seed(4)
+        scale = raw_scale * 1.0
+        if draw == "ours":
+            action, log_prob = tanh_normal_rsample(loc, scale, low, high)
+        else:
+            action, log_prob = TanhNormal(loc, scale, low=low, high=high).rsample_and_log_prob()
+        grads = torch.autograd.grad((action * torch.arange(1.0, 3.0)).sum() + log_prob.sum(), [loc, raw_scale])
+        results.append((action.detach(), log_prob.detach(), grads))
+    (a, lp, g), (a_ref, lp_ref, g_ref) = results
+    assert torch.equal(a, a_ref)
+    assert (a_ref.abs() > 1.99).any(), "no draw reached tanh's flat tails"
+    torch.testing.assert_close(lp, lp_ref)
+    for ours, theirs in zip(g, g_ref, strict=True):
+        torch.testing.assert_close(ours, theirs)
