@@ -2,6 +2,7 @@
 
     python benchmarks/peer_sb3.py [--config configs/cartpole_dqn.yaml] [--total_frames N] [--episodes 32]
         [--seed S] [--eval_seed S] [--quick] [--device cpu|cuda] [--compile_mode MODE] [--sb3_flush_denormal]
+        [--repeats R]
     python benchmarks/peer_sb3.py --config configs/pendulum_sac.yaml    # SAC on Pendulum-v1
     python benchmarks/peer_sb3.py --config configs/cartpole_ppo.yaml    # PPO on CartPole-v1 (8 envs)
 
@@ -16,7 +17,11 @@ thread settings are per trainer:
   the mappings; settings SB3 cannot mirror stop the script).
 
 ``steps_per_s`` is collected env frames over the wall time of building the trainer plus the whole
-training (imports and evaluation excluded); ``ratio`` is ours / SB3. Both trained policies are then
+training (imports and evaluation excluded); ``ratio`` is ours / SB3. With ``--repeats R`` the two trainers run R
+times in turn (ours, SB3, ours, ...; the same seeds, so the same runs): ``ours`` and ``sb3`` are each side's
+median run (by ``steps_per_s``, the lower middle one for an even R; with every run's ``rounds_steps_per_s``),
+``ratio`` the ratio of the medians and
+``round_ratios`` each round's; on a host whose speed drifts, read the median. Both trained policies are then
 played greedily by ``pipelines.evaluate.play`` on the same env and seeds (``--episodes`` episodes,
 one per env row), so both see the same initial states. ``--quick`` is a smoke run (a few training
 phases, 8 episodes). Prints one JSON object (last stdout line):
@@ -352,6 +357,21 @@ def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: s
             **({"final_epsilon": model.exploration_rate} if hasattr(model, "exploration_rate") else {})}
 
 
+def summarise_rounds(runs: dict[str, list[dict]]) -> dict:
+    """Each side's median run by ``steps_per_s`` (the lower middle one for an even count) with every run's
+    ``rounds_steps_per_s``, and, with both sides, ``ratio`` (ours / SB3 of the medians) and ``round_ratios``."""
+    result: dict = {}
+    for side, done in runs.items():
+        if done:
+            median = sorted(done, key=lambda run: run["steps_per_s"])[(len(done) - 1) // 2]
+            result[side] = {**median, "rounds_steps_per_s": [run["steps_per_s"] for run in done]}
+    if runs.get("ours") and runs.get("sb3"):
+        result["ratio"] = result["ours"]["steps_per_s"] / result["sb3"]["steps_per_s"]
+        result["round_ratios"] = [o["steps_per_s"] / b["steps_per_s"]
+                                  for o, b in zip(runs["ours"], runs["sb3"], strict=True)]
+    return result
+
+
 def isolated(fn, *args):
     """``fn(*args)`` in a fresh spawned process (its own memory peak and thread settings)."""
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
@@ -374,7 +394,11 @@ def main() -> None:
     parser.add_argument("--sb3_flush_denormal", action="store_true",
                         help="SB3 with torch.set_flush_denormal(True), as this framework's fits run (default: as SB3 "
                              "runs, denormal floats computed)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds of both trainers in turn; the median run of each side is reported (default 1)")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if args.only != "ours" and importlib.util.find_spec("stable_baselines3") is None:
         sys.exit(MISSING_SB3)
     with open(args.config) as f:
@@ -392,19 +416,21 @@ def main() -> None:
                                               "cores": os.cpu_count(), "torch": torch.__version__,
                                               "gpu": torch.cuda.get_device_name() if args.device == "cuda"
                                               else None}}
-    if args.only != "sb3":
-        print(f"ours: fitting {args.config} for {total} frames ...", file=sys.stderr, flush=True)
-        result["ours"] = isolated(train_ours, config, total, seed, episodes, args.eval_seed, args.device,
-                                  args.compile_mode)
-        print(f"ours: {result['ours']}", file=sys.stderr, flush=True)
-    if args.only != "ours":
-        print(f"sb3: {hp['algorithm']} {hp} ...", file=sys.stderr, flush=True)
-        result["sb3"] = isolated(train_sb3, hp, config["data"]["init_args"]["env"], episodes, args.eval_seed,
-                                 args.device, args.sb3_flush_denormal)
-        result["sb3"]["flush_denormal"] = args.sb3_flush_denormal
-        print(f"sb3: {result['sb3']}", file=sys.stderr, flush=True)
-    if "ours" in result and "sb3" in result:
-        result["ratio"] = result["ours"]["steps_per_s"] / result["sb3"]["steps_per_s"]
+    runs: dict[str, list[dict]] = {"ours": [], "sb3": []}
+    for round_ in range(args.repeats):
+        if args.only != "sb3":
+            print(f"ours (round {round_ + 1}): fitting {args.config} for {total} frames ...", file=sys.stderr,
+                  flush=True)
+            runs["ours"].append(isolated(train_ours, config, total, seed, episodes, args.eval_seed, args.device,
+                                         args.compile_mode))
+            print(f"ours: {runs['ours'][-1]}", file=sys.stderr, flush=True)
+        if args.only != "ours":
+            print(f"sb3 (round {round_ + 1}): {hp['algorithm']} {hp} ...", file=sys.stderr, flush=True)
+            runs["sb3"].append(isolated(train_sb3, hp, config["data"]["init_args"]["env"], episodes, args.eval_seed,
+                                        args.device, args.sb3_flush_denormal))
+            runs["sb3"][-1]["flush_denormal"] = args.sb3_flush_denormal
+            print(f"sb3: {runs['sb3'][-1]}", file=sys.stderr, flush=True)
+    result.update(summarise_rounds(runs), repeats=args.repeats)
     result["hyperparameters"] = hp
     result["caveats"] = caveats
     result["load_average_1min"] = os.getloadavg()[0]

@@ -1,4 +1,5 @@
-"""The peer benchmark's mapping of our configs onto SB3's hyper-parameters (RL Zoo's values), and its refusals."""
+"""The peer benchmark's mapping of our configs onto SB3's hyper-parameters (RL Zoo's values), its refusals, and the
+summary of repeated rounds."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import copy
 import pytest
 import yaml
 
-from benchmarks.peer_sb3 import sb3_hyperparameters
+from benchmarks.peer_sb3 import sb3_hyperparameters, summarise_rounds
 from tests.pipelines.conftest import REPO
 
 
@@ -40,3 +41,15 @@ def test_dqn_and_sac_configs_map():
     assert (dqn["train_freq"], dqn["gradient_steps"], dqn["batch_size"]) == (256, 128, 64)
     sac, _ = sb3_hyperparameters(_config("pendulum_sac.yaml"), 20_000, 0)
     assert (sac["train_freq"], sac["gradient_steps"], sac["ent_coef"]) == (8, 8, "auto_1.0")
+
+
+def test_repeated_rounds_report_each_sides_median_run():
+    ours = [{"steps_per_s": speed, "wall_s": i} for i, speed in enumerate([900.0, 1200.0, 1000.0], 1)]
+    sb3 = [{"steps_per_s": speed, "wall_s": i} for i, speed in enumerate([500.0, 800.0, 400.0], 4)]
+    out = summarise_rounds({"ours": ours, "sb3": sb3})
+    assert out["ours"]["wall_s"] == 3 and out["sb3"]["wall_s"] == 4  # the median runs, whole
+    assert out["ours"]["rounds_steps_per_s"] == [900.0, 1200.0, 1000.0]
+    assert out["ratio"] == pytest.approx(1000.0 / 500.0)
+    assert out["round_ratios"] == pytest.approx([1.8, 1.5, 2.5])
+    even = summarise_rounds({"ours": ours[:2], "sb3": []})
+    assert even["ours"]["wall_s"] == 1 and "ratio" not in even  # the lower middle run; one side only: no ratio
