@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 from torch import Tensor
-from torch.distributions import Categorical
 from torchrl.modules import MaskedCategorical
 from torchrl.objectives.utils import distance_loss
 
@@ -40,17 +39,20 @@ def ppo_loss(logits: Tensor, value: Tensor, batch: TensorDictBase, clip_epsilon:
     advantage = batch.get("advantage")
     if normalize_advantage and advantage.numel() > 1:
         advantage = (advantage - advantage.mean()) / advantage.std().clamp_min(torch.finfo(torch.float).resolution)
-    # no argument checks for the plain categorical (30 us of a CartPole minibatch): a non-finite loss is skipped
-    # and counted by the update (RLModule.optimiser_step)
-    dist = (Categorical(logits=logits, validate_args=False) if mask is None
-            else MaskedCategorical(logits=logits, mask=mask))
-    log_prob = dist.log_prob(batch.get("action"))
+    if mask is None:  # torch's Categorical(logits) log_prob and entropy, its ops without the object (and its checks:
+        # a non-finite loss is skipped and counted by the update, RLModule.optimiser_step)
+        log_p = logits - logits.logsumexp(-1, keepdim=True)
+        log_prob = log_p.gather(-1, batch.get("action").long().unsqueeze(-1)).squeeze(-1)
+        entropy = -(log_p.clamp(min=torch.finfo(log_p.dtype).min) * torch.softmax(log_p, -1)).sum(-1)
+    else:
+        dist = MaskedCategorical(logits=logits, mask=mask)
+        log_prob, entropy = dist.log_prob(batch.get("action")), dist.entropy()
     previous = batch.get("action_log_prob")
     log_weight = (log_prob - previous).unsqueeze(-1)
     eps = torch.as_tensor(clip_epsilon, dtype=log_weight.dtype)
     clipped = log_weight.clamp((-eps).log1p(), eps.log1p())
     gain = torch.minimum(log_weight.exp() * advantage, clipped.exp() * advantage)
-    entropy = dist.entropy().unsqueeze(-1)
+    entropy = entropy.unsqueeze(-1)
     target = batch.get("value_target")
     with torch.no_grad():
         residual = torch.var(target - value, correction=0, dim=0)
