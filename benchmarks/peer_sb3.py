@@ -18,12 +18,11 @@ thread settings are per trainer:
 
 ``steps_per_s`` is collected env frames over the wall time of building the trainer plus the whole
 training (imports and evaluation excluded); ``ratio`` is ours / SB3. With ``--repeats R`` the two trainers run R
-times in turn (ours, SB3, ours, ...; the same seeds, so the same runs): ``ours`` and ``sb3`` are each side's
-median run (by ``steps_per_s``, the lower middle one for an even R; with every run's ``rounds_steps_per_s``),
-``ratio`` the ratio of the medians and
-``round_ratios`` each round's; on a host whose speed drifts, read the median. Both trained policies are then
-played greedily by ``pipelines.evaluate.play`` on the same env and seeds (``--episodes`` episodes,
-one per env row), so both see the same initial states. ``--quick`` is a smoke run (a few training
+times in turn (ours, SB3, ours, ...; the same seeds every round): ``ours`` and ``sb3`` are each side's median
+run (by ``steps_per_s``, the lower middle one for an even R; with every run's ``rounds_steps_per_s``), ``ratio``
+the ratio of the medians and ``round_ratios`` each round's; on a host whose speed drifts, read the median. Both
+trained policies are then played greedily by ``pipelines.evaluate.play`` on the same env and seeds
+(``--episodes`` episodes, one per env row), so both see the same initial states. ``--quick`` is a smoke run (a few training
 phases, 8 episodes). Prints one JSON object (last stdout line):
 ``{"ours": {...}, "sb3": {...}, "ratio": ..., "hyperparameters": {...}, "caveats": [...], ...}``.
 """
