@@ -33,6 +33,7 @@ class DVRPActorCritic(ActorCriticNetwork):
 
     in_keys = ["customers", "request", "vehicles", "depot"]
     policy_keys = ["offers"]
+    TOKEN_BLOCK = 8  # tokens per block of a CPU row group (see encode)
 
     def __init__(self, embed_dim: int = 64, num_heads: int = 4, num_layers: int = 2, hidden_dim: int = 128) -> None:
         super().__init__()
@@ -49,20 +50,52 @@ class DVRPActorCritic(ActorCriticNetwork):
         self.value_mlp = nn.Sequential(nn.Linear(hidden_dim, hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, 1))
 
     def encode(self, customers: Tensor, request: Tensor, vehicles: Tensor, depot: Tensor) -> Tensor:
+        """The context ``[*B, H]`` of observations ``[*B, ...]``.
+
+        On a CPU each row is encoded without its trailing undecided customers. A row's extent is 1 + the
+        index of its last decided customer (0 with none; the env decides customers in table order, so a row
+        at step t has extent t). Rows are grouped by their extent rounded up so that the tokens (depot,
+        request, customers) are a multiple of ``TOKEN_BLOCK``, and each group is encoded with that many
+        tokens. The customers left out are padded out of attention and their outputs are not read, so the
+        context is the padded computation's (tested, with gradients). Half of a collected batch's tokens are
+        such padding: a PPO minibatch update of the headline config took 78 ms against 99 (1,920 rows, 2
+        threads), and blocks of 8 tokens beat exact lengths (124 ms: many small groups) and blocks of 16.
+        On other devices, and under tracing or ``torch.compile``, shapes stay static (no host read of the
+        extents)."""
         lead = customers.shape[:-2]
         customers, request = customers.reshape(-1, *customers.shape[-2:]), request.reshape(-1, request.shape[-1])
         vehicles, depot = vehicles.reshape(-1, *vehicles.shape[-2:]), depot.reshape(-1, depot.shape[-1])
+        if customers.device.type != "cpu" or torch.jit.is_tracing() or torch.compiler.is_compiling():
+            return self._encode(customers, request, vehicles, depot).reshape(*lead, self.hidden_dim)
+        n, block = customers.shape[1], self.TOKEN_BLOCK
+        decided = customers[..., -3] <= 0.5
+        extent = (decided * torch.arange(1, n + 1, device=customers.device)).amax(1)
+        # customers kept per row: its extent, rounded up so that the tokens (depot, request, customers) fill blocks
+        keep = ((extent + 2 + block - 1) // block * block - 2).clamp(0, n)
+        lengths = keep.unique().tolist()
+        if len(lengths) <= 1:  # one group (all rows of a collector's step), or no rows
+            context = self._encode(customers[:, :lengths[0] if lengths else n], request, vehicles, depot)
+        else:
+            parts, order = [], []
+            for length in lengths:
+                rows = (keep == length).nonzero().squeeze(1)
+                parts.append(self._encode(customers[rows, :length], request[rows], vehicles[rows], depot[rows]))
+                order.append(rows)
+            context = torch.cat(parts).index_select(0, torch.cat(order).argsort())
+        return context.reshape(*lead, self.hidden_dim)
+
+    def _encode(self, customers: Tensor, request: Tensor, vehicles: Tensor, depot: Tensor) -> Tensor:
+        """``customers`` ``[R, L, F]`` (L <= N), the other inputs ``[R, ...]`` -> context ``[R, H]``."""
         unseen = customers[..., -3] > 0.5
         tokens = torch.cat([self.depot_embed(depot).unsqueeze(1), self.request_token(request).unsqueeze(1),
                             self.customer_embed(customers)], 1)
-        padding = torch.cat([torch.zeros_like(unseen[:, :2]), unseen], 1)
+        padding = torch.cat([unseen.new_zeros(unseen.shape[0], 2), unseen], 1)
         h = self.encoder(tokens, padding)
         visible = (~padding).unsqueeze(-1).to(h.dtype)
         pooled = (h * visible).sum(1) / visible.sum(1)
         fleet = self.vehicle_embed(vehicles)
-        context = self.context(torch.cat([pooled, h[:, 0], h[:, 1], self.request_embed(request),
-                                          fleet.mean(1), fleet.amax(1)], -1))
-        return context.reshape(*lead, self.hidden_dim)
+        return self.context(torch.cat([pooled, h[:, 0], h[:, 1], self.request_embed(request),
+                                       fleet.mean(1), fleet.amax(1)], -1))
 
     def policy(self, hidden: Tensor, offers: Tensor) -> Tensor:
         return self.policy_mlp(hidden.unsqueeze(-2) + self.offer_embed(offers)).squeeze(-1)
