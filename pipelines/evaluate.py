@@ -33,17 +33,21 @@ import os
 import sys
 from collections.abc import Callable
 
-import torch
+from pipelines.threads import set_wait_policy
 
-from envs import EnvConfig, make_env, unwrap
-from envs.episodes import play_episodes
-from envs.video import FORMATS, record_episode, write_video
-from modules.base import RLModule
-from pipelines.checkpoints import MODEL_KEYS, run_configs, weights_mismatch
-from pipelines.console import rounded
-from pipelines.data import RLDataModule
-from pipelines.fit import FitCLI, config_exit
-from pipelines.run_config import FIT_KEYS, parse_with_fit_keys
+set_wait_policy()  # before torch is imported (pipelines/threads.py)
+
+import torch  # noqa: E402
+
+from envs import EnvConfig, make_env, unwrap  # noqa: E402
+from envs.episodes import play_episodes  # noqa: E402
+from envs.video import FORMATS, record_episode, write_video  # noqa: E402
+from modules.base import RLModule  # noqa: E402
+from pipelines.checkpoints import MODEL_KEYS, run_configs, weights_mismatch  # noqa: E402
+from pipelines.console import rounded  # noqa: E402
+from pipelines.data import RLDataModule  # noqa: E402
+from pipelines.fit import FitCLI, config_exit  # noqa: E402
+from pipelines.run_config import FIT_KEYS, parse_with_fit_keys  # noqa: E402
 
 
 class _EvaluationCLI(FitCLI):

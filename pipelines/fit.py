@@ -30,9 +30,9 @@ import warnings
 from functools import partial
 from typing import Literal
 
-# One torch thread is the measured default on shared 2-core machines; with more, OpenMP threads must
-# not spin-wait while another process computes (matrix products slowed down up to 50x).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from pipelines.threads import set_wait_policy
+
+set_wait_policy()  # before torch is imported: how idle OpenMP threads wait (a short spin, then sleep)
 
 import torch  # noqa: E402
 from jsonargparse import DefaultHelpFormatter, Namespace  # noqa: E402
