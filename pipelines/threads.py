@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 
-# Spins an idle OpenMP thread makes before it sleeps (GNU OpenMP's GOMP_SPINCOUNT): about 30 us here. Measured on
-# this 2-core machine with the headline config on 2 threads (configs/dvrp.yaml, frames/s of the fit loop): alone,
-# 3,900 without spinning (OMP_WAIT_POLICY=PASSIVE, the former default: every one of the update's small operations
-# waited for a sleeping thread to wake), 5,500 with 3,000 spins, 6,000 with OpenMP's default 300,000; two such
-# runs at once on the 2 cores, each 3,070 without spinning, 2,690 with 3,000 spins and 175 with 300,000 (threads
-# spinning for a sibling whose core the other run holds).
+# Spins an idle OpenMP thread makes before it sleeps (GNU OpenMP's GOMP_SPINCOUNT; its source reckons 100,000 spins
+# a millisecond, so some 30 us, not measured here). Measured on this 2-core machine with the headline config on 2
+# threads (configs/dvrp.yaml, frames/s of the fit loop): alone, 3,900 without spinning (OMP_WAIT_POLICY=PASSIVE, the
+# former default: every one of the update's small operations waited for a sleeping thread to wake), 5,500 with 3,000
+# spins, 6,000 with OpenMP's default 300,000; two such runs at once on the 2 cores, each 3,070 without spinning,
+# 2,690 with 3,000 spins and 175 with 300,000 (threads spinning for a sibling whose core the other run holds).
 SPIN_COUNT = 3000
 
 
