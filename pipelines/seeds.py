@@ -4,12 +4,13 @@
         [--metric eval/episode_return] [fit overrides, e.g. --data.init_args.total_frames=100000]
 
 Seed S is ``pipelines.fit --config ... --seed_everything=S`` (one seed seeds the whole run:
-:func:`pipelines.run_config.share_seed`) in its own folder ``DIR/seed_<S>`` (default ``DIR``: ``runs/seeds/<config stem>``),
-its console output in ``DIR/seed_<S>/fit.log``; ``--parallel N`` runs N at once (each with the config's
-``num_threads``). Then the summary, from each run's TensorBoard files: the final and the best value of
-``--metric`` (default ``eval/episode_return``, else ``rollout/episode_return`` where a run has no evaluations)
-per seed, their mean ± standard error over seeds, and ``DIR/curves.png``, the metric against collected frames for
-every seed and their mean. The last stdout line is one JSON object (also written to ``DIR/summary.json``).
+:func:`pipelines.run_config.share_seed`) in its own folder ``DIR/seed_<S>`` (default ``DIR``:
+``runs/seeds/<config stem>``), its console output in ``DIR/seed_<S>/fit.log``; ``--parallel N`` runs N at once (each
+with the config's ``num_threads``, its idle threads sleeping at once: :func:`pipelines.threads.side_by_side_env`).
+Then the summary, from each run's TensorBoard files: the final and the best value of ``--metric`` (default
+``eval/episode_return``, else ``rollout/episode_return`` where a run has no evaluations) per seed, their mean ±
+standard error over seeds, and ``DIR/curves.png``, the metric against collected frames for every seed and their
+mean. The last stdout line is one JSON object (also written to ``DIR/summary.json``).
 
 A seed whose folder holds a finished run (``DIR/seed_<S>/finished``) is read, not run again, so a study can be
 extended with more seeds or continued after an interruption; a folder holding an unfinished run is refused
@@ -32,6 +33,7 @@ import numpy as np
 from pipelines.console import rounded
 from pipelines.run_config import FIT_KEYS, parse_with_fit_keys
 from pipelines.scalars import read_scalars
+from pipelines.threads import side_by_side_env
 
 FALLBACK_METRIC = "rollout/episode_return"
 
@@ -73,7 +75,8 @@ def _run(configs: list[str], todo: list[int], folders: dict[int, str], parallel:
             log = open(os.path.join(folders[seed], "fit.log"), "w")
             command = [sys.executable, "-m", "pipelines.fit", *(a for c in configs for a in ("--config", c)),
                        f"--seed_everything={seed}", f"--trainer.default_root_dir={folders[seed]}", *overrides]
-            running[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log)
+            env = side_by_side_env() if parallel > 1 else None  # (fits at once: threads sleep when idle)
+            running[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
             print(f"seed {seed}: running in {folders[seed]}", file=sys.stderr, flush=True)
         time.sleep(0.2)
         for seed, (proc, log) in list(running.items()):

@@ -20,3 +20,15 @@ def set_wait_policy() -> None:
     more than one torch thread (``num_threads``) are affected. Call it before ``import torch``."""
     if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
         os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
+
+
+def side_by_side_env() -> dict[str, str]:
+    """The environment for processes that compute side by side on the same cores (``pipelines.seeds --parallel N``):
+    OpenMP threads sleep at once (``OMP_WAIT_POLICY=PASSIVE``; two headline fits at once ran at 3,070 frames/s each
+    without spinning, 2,690 with ``SPIN_COUNT`` spins), unless the environment sets ``OMP_WAIT_POLICY`` or a
+    ``GOMP_SPINCOUNT`` other than ``SPIN_COUNT`` (the user's choice is kept)."""
+    env = dict(os.environ)
+    if "OMP_WAIT_POLICY" not in env and env.get("GOMP_SPINCOUNT", str(SPIN_COUNT)) == str(SPIN_COUNT):
+        env.pop("GOMP_SPINCOUNT", None)
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return env

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pipelines.threads import SPIN_COUNT, set_wait_policy
+from pipelines.threads import SPIN_COUNT, set_wait_policy, side_by_side_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -44,3 +44,46 @@ def test_the_fit_entry_point_sets_it_before_torch_is_loaded():
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == str(SPIN_COUNT)
+
+
+@pytest.mark.parametrize("preset", [None, ("GOMP_SPINCOUNT", str(SPIN_COUNT)), ("OMP_WAIT_POLICY", "ACTIVE"),
+                                    ("GOMP_SPINCOUNT", "50000")])
+def test_processes_side_by_side_sleep_at_once_unless_the_user_chose(monkeypatch, preset):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    if preset is not None:
+        monkeypatch.setenv(*preset)
+    env = side_by_side_env()
+    if preset is None or preset == ("GOMP_SPINCOUNT", str(SPIN_COUNT)):  # nothing, or this module's own default
+        assert env["OMP_WAIT_POLICY"] == "PASSIVE" and "GOMP_SPINCOUNT" not in env
+    else:  # the user's choice, as it was
+        assert env[preset[0]] == preset[1]
+        if preset[0] == "GOMP_SPINCOUNT":
+            assert "OMP_WAIT_POLICY" not in env
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_seeds_run_side_by_side_with_sleeping_threads(monkeypatch, tmp_path, parallel):
+    """``pipelines.seeds --parallel N`` (N > 1) starts its fits with ``side_by_side_env``; one at a time keeps the
+    environment (the fits spin as usual)."""
+    from pipelines import seeds
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    started = []
+
+    class Done:
+        returncode = 0
+
+        def __init__(self, command, env=None, **kwargs):
+            started.append(env)
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(seeds.subprocess, "Popen", Done)
+    folders = {s: str(tmp_path / f"seed_{s}") for s in (1, 2)}
+    assert seeds._run(["cfg.yaml"], [1, 2], folders, parallel, [], {}) == []
+    assert len(started) == 2
+    for env in started:
+        assert (env is None) if parallel == 1 else (env["OMP_WAIT_POLICY"] == "PASSIVE")
