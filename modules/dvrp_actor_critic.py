@@ -58,8 +58,8 @@ class DVRPActorCritic(ActorCriticNetwork):
         request, customers) are a multiple of ``TOKEN_BLOCK``, and each group is encoded with that many
         tokens. The customers left out are padded out of attention and their outputs are not read, so the
         context is the padded computation's (tested, with gradients). Half of a collected batch's tokens are
-        such padding: a PPO minibatch update of the headline config took 78 ms against 99 (1,920 rows, 2
-        threads), and blocks of 8 tokens beat exact lengths (124 ms: many small groups) and blocks of 16.
+        such padding: a PPO minibatch update of the headline config took 83-88 ms against 96-99 (1,920 rows, 2
+        threads); exact lengths took 127-145 ms (many small groups), and blocks of 16 were no faster than 8.
         On other devices, and under tracing or ``torch.compile``, shapes stay static (no host read of the
         extents)."""
         lead = customers.shape[:-2]
