@@ -2,13 +2,14 @@
 
     python benchmarks/peer_sb3.py [--config configs/cartpole_dqn.yaml] [--total_frames N] [--episodes 32]
         [--seed S] [--eval_seed S] [--quick] [--device cpu|cuda] [--compile_mode MODE] [--sb3_flush_denormal]
-        [--repeats R]
+        [--repeats R] [--ours_async_worker] [--sb3_threads N]
     python benchmarks/peer_sb3.py --config configs/pendulum_sac.yaml    # SAC on Pendulum-v1
     python benchmarks/peer_sb3.py --config configs/cartpole_ppo.yaml    # PPO on CartPole-v1 (8 envs)
 
 Needs the ``bench`` extra (``pip install -e .[bench]``: stable-baselines3). Each trainer runs in its own
-spawned process with ``torch.set_num_threads(1)``, so peak memory (``ru_maxrss`` of that process) and
-thread settings are per trainer:
+spawned process with ``torch.set_num_threads(1)`` (SB3: ``--sb3_threads``), so peak memory (``ru_maxrss`` of that
+process) and thread settings are per trainer. ``--ours_async_worker`` gives ours one rollout worker that collects
+while the learner trains (a second process, whose memory the peak leaves out):
 
 * ours: ``pipelines.fit.main`` on a temporary copy of the config without logger, checkpoints,
   progress bar and evaluation callbacks (only ``callbacks.EpsilonDecay`` is kept);
@@ -260,10 +261,11 @@ def summarise(returns: torch.Tensor) -> dict[str, float]:
 
 
 def train_ours(config: dict, total_frames: int, seed: int, episodes: int, eval_seed: int, device: str = "cpu",
-               compile_mode: str | None = None) -> dict:
+               compile_mode: str | None = None, async_worker: bool = False) -> dict:
     """Fit the config (in this process) and play the greedy policy; runs in its own process. ``device`` ``cuda``
     trains with ``--trainer.accelerator=gpu``; ``compile_mode`` sets ``model.compile`` with that mode (``default``,
-    ``reduce-overhead``, ...)."""
+    ``reduce-overhead``, ...); ``async_worker`` collects in one rollout worker while the learner trains
+    (``data.workers: 1``, ``data.collector: async``; a second process, with one torch thread too)."""
     torch.set_num_threads(1)
     from pipelines.evaluate import play  # in the trainer's process only (see the module note)
     from pipelines.fit import main
@@ -279,6 +281,8 @@ def train_ours(config: dict, total_frames: int, seed: int, episodes: int, eval_s
     config["num_threads"] = 1
     config["seed_everything"] = seed
     config["data"].setdefault("init_args", {}).update(total_frames=total_frames, seed=seed)
+    if async_worker:
+        config["data"]["init_args"].update(workers=1, collector="async")
     with tempfile.TemporaryDirectory(prefix="peer_sb3_") as tmp:
         trainer["default_root_dir"] = tmp  # the resolved config (SaveConfigCallback) lands here, not in the repo
         path = os.path.join(tmp, "peer_config.yaml")
@@ -317,11 +321,11 @@ class SB3Policy:
 
 
 def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: str = "cpu",
-              flush_denormal: bool = False) -> dict:
+              flush_denormal: bool = False, threads: int = 1) -> dict:
     """Train SB3's DQN, SAC or PPO (``hp["algorithm"]``) with ``hp`` and play its greedy policy on ``env_spec``; runs
     in its own process. ``flush_denormal``: with ``torch.set_flush_denormal(True)``, as this framework's fits run
-    (SB3 does not set it)."""
-    torch.set_num_threads(1)
+    (SB3 does not set it). ``threads``: SB3's torch threads."""
+    torch.set_num_threads(threads)
     torch.set_flush_denormal(flush_denormal)
     import stable_baselines3  # optional dependency (the bench extra)
     from stable_baselines3.common.env_util import make_vec_env
@@ -382,7 +386,8 @@ def main() -> None:
     parser.add_argument("--config", default=CONFIG, help="a DQN, SAC or PPO fit config on a gymnasium env")
     parser.add_argument("--total_frames", type=int, default=None, help="budget in env frames (default: the config's)")
     parser.add_argument("--episodes", type=int, default=None, help="greedy evaluation episodes (default 32, quick 8)")
-    parser.add_argument("--seed", type=int, default=None, help="training seed of both (default: the config's data seed)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="training seed of both (default: the config's data seed, else its seed_everything, else 0)")
     parser.add_argument("--eval_seed", type=int, default=10_000_000, help="seed of the evaluation episodes")
     parser.add_argument("--quick", action="store_true", help="smoke run: the warm-up plus 4 training phases")
     parser.add_argument("--only", choices=["ours", "sb3"], default=None, help="run one trainer only")
@@ -393,11 +398,19 @@ def main() -> None:
     parser.add_argument("--sb3_flush_denormal", action="store_true",
                         help="SB3 with torch.set_flush_denormal(True), as this framework's fits run (default: as SB3 "
                              "runs, denormal floats computed)")
+    parser.add_argument("--ours_async_worker", action="store_true",
+                        help="ours with data.workers=1 and data.collector=async: one rollout worker process collects "
+                             "the next batch while the learner trains (off-policy configs; two processes of one "
+                             "torch thread each; SB3 takes --sb3_threads)")
+    parser.add_argument("--sb3_threads", type=int, default=1,
+                        help="SB3's torch threads (default 1; 2 lets it use a second core as --ours_async_worker does)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="rounds of both trainers in turn; the median run of each side is reported (default 1)")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.sb3_threads < 1:
+        parser.error(f"--sb3_threads must be >= 1, got {args.sb3_threads}")
     if args.only != "ours" and importlib.util.find_spec("stable_baselines3") is None:
         sys.exit(MISSING_SB3)
     with open(args.config) as f:
@@ -407,11 +420,15 @@ def main() -> None:
     if args.quick and args.total_frames is None:
         total = (-(-data.get("init_random_frames", 0) // data["frames_per_batch"]) + 4) * data["frames_per_batch"]
     episodes = args.episodes or (8 if args.quick else 32)
-    seed = data["seed"] if args.seed is None else args.seed
+    seed = args.seed
+    if seed is None:  # both trainers seeded alike: the config's data seed, else its seed_everything (else 0)
+        seed = data.get("seed") if data.get("seed") is not None else config.get("seed_everything") or 0
     hp, caveats = sb3_hyperparameters(config, total, seed)
     result: dict = {"config": os.path.relpath(os.path.abspath(args.config), ROOT), "env": hp["env_id"],
                     "total_frames": total, "seed": seed, "eval_seed": args.eval_seed, "episodes": episodes,
-                    "threads": 1, "device": args.device, "compile_mode": args.compile_mode, "machine": {"cpu": platform.processor() or platform.machine(),
+                    "threads": 1, "device": args.device, "compile_mode": args.compile_mode,
+                    "ours_async_worker": args.ours_async_worker,
+                    "sb3_threads": args.sb3_threads, "machine": {"cpu": platform.processor() or platform.machine(),
                                               "cores": os.cpu_count(), "torch": torch.__version__,
                                               "gpu": torch.cuda.get_device_name() if args.device == "cuda"
                                               else None}}
@@ -421,13 +438,13 @@ def main() -> None:
             print(f"ours (round {round_ + 1}): fitting {args.config} for {total} frames ...", file=sys.stderr,
                   flush=True)
             runs["ours"].append(isolated(train_ours, config, total, seed, episodes, args.eval_seed, args.device,
-                                         args.compile_mode))
+                                         args.compile_mode, args.ours_async_worker))
             print(f"ours: {runs['ours'][-1]}", file=sys.stderr, flush=True)
         if args.only != "ours":
             print(f"sb3 (round {round_ + 1}): {hp['algorithm']} {hp} ...", file=sys.stderr, flush=True)
             runs["sb3"].append(isolated(train_sb3, hp, config["data"]["init_args"]["env"], episodes, args.eval_seed,
-                                        args.device, args.sb3_flush_denormal))
-            runs["sb3"][-1]["flush_denormal"] = args.sb3_flush_denormal
+                                        args.device, args.sb3_flush_denormal, args.sb3_threads))
+            runs["sb3"][-1].update(flush_denormal=args.sb3_flush_denormal, threads=args.sb3_threads)
             print(f"sb3: {runs['sb3'][-1]}", file=sys.stderr, flush=True)
     result.update(summarise_rounds(runs), repeats=args.repeats)
     result["hyperparameters"] = hp

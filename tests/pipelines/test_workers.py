@@ -71,10 +71,36 @@ def test_a_run_with_workers_is_reproducible(tmp_path):
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
+def test_one_asynchronous_worker_collects_while_the_learner_trains(tmp_path):
+    """Off-policy with ``workers: 1, collector: async``: every batch holds all rows, each row's steps go on from the
+    last batch's (what the replay buffer's n-step returns need), and batch k was played while the learner trained on
+    batch k - 1: by the weights after k - 1 or k training steps, in the order the learner made them."""
+    batches = _Batches()
+    cli = _fit(tmp_path, batches, "--data.init_args.workers=1", "--data.init_args.collector=async")
+    assert cli.model.collected_frames == 640 and cli.trainer.global_step == (640 - 128) // 32
+    assert len(batches.batches) == 20 and all(batch.shape == (8, 4) for batch in batches.batches)
+    checked = 0
+    for previous, batch in zip(batches.batches, batches.batches[1:]):
+        going_on = ~previous["next", "done"][:, -1].squeeze(-1)  # rows whose episode did not end at the last step
+        assert torch.equal(batch["observation"][going_on, 0], previous["next", "observation"][going_on, -1])
+        checked += int(going_on.sum())
+    assert checked >= 8 * 19 // 2
+    # the first 128 frames (4 batches) are the random warm-up's: no policy played them
+    for k, batch in enumerate(batches.batches[4:], start=4):
+        version = batch["policy_version"]
+        assert ((version == k - 1) | (version == k)).all(), (k, version)
+        assert (version.diff(dim=1) >= 0).all() and (version == version[:1]).all()  # in time order, rows alike
+    # frames played before the learner's step on the last batch ended: collection and training overlapped
+    assert any((batch["policy_version"] == k - 1).any() for k, batch in enumerate(batches.batches[4:], start=4))
+
+
 def test_bad_worker_settings_are_rejected(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:  # the data module's own check: one message, exit 2
         _fit(tmp_path, _Batches(), "--data.init_args.workers=3")
     assert stop.value.code == 2 and "data.workers=3" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # an asynchronous batch of one of two workers holds half the rows
+        _fit(tmp_path, _Batches(), "--data.init_args.collector=async")
+    assert stop.value.code == 2 and "data.collector=async needs data.workers=1 here, got 2" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # the config parser's error names the key
         _fit(tmp_path, _Batches(), "--data.init_args.worker_timeout_s=0")
     assert "worker_timeout_s" in capsys.readouterr().err
