@@ -250,6 +250,17 @@ def ppo_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
     return hp, caveats
 
 
+def training_seed(config: dict, seed: int | None = None) -> int:
+    """The seed both trainers get: ``seed`` when given, else the config's data seed, else its ``seed_everything``,
+    else 0 (SB3 given None would train unseeded while ours takes ``seed_everything``)."""
+    if seed is not None:
+        return seed
+    data_seed = resolve(config["data"]).get("seed")
+    if data_seed is not None:
+        return data_seed
+    return config.get("seed_everything") or 0
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process so far (``ru_maxrss``, KiB on Linux), MiB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -420,9 +431,7 @@ def main() -> None:
     if args.quick and args.total_frames is None:
         total = (-(-data.get("init_random_frames", 0) // data["frames_per_batch"]) + 4) * data["frames_per_batch"]
     episodes = args.episodes or (8 if args.quick else 32)
-    seed = args.seed
-    if seed is None:  # both trainers seeded alike: the config's data seed, else its seed_everything (else 0)
-        seed = data.get("seed") if data.get("seed") is not None else config.get("seed_everything") or 0
+    seed = training_seed(config, args.seed)
     hp, caveats = sb3_hyperparameters(config, total, seed)
     result: dict = {"config": os.path.relpath(os.path.abspath(args.config), ROOT), "env": hp["env_id"],
                     "total_frames": total, "seed": seed, "eval_seed": args.eval_seed, "episodes": episodes,

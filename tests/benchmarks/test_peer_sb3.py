@@ -8,7 +8,7 @@ import copy
 import pytest
 import yaml
 
-from benchmarks.peer_sb3 import sb3_hyperparameters, summarise_rounds
+from benchmarks.peer_sb3 import sb3_hyperparameters, summarise_rounds, training_seed
 from tests.pipelines.conftest import REPO
 
 
@@ -53,3 +53,14 @@ def test_repeated_rounds_report_each_sides_median_run():
     assert out["round_ratios"] == pytest.approx([1.8, 1.5, 2.5])
     even = summarise_rounds({"ours": ours[:2], "sb3": []})
     assert even["ours"]["wall_s"] == 1 and "ratio" not in even  # the lower middle run; one side only: no ratio
+
+
+def test_both_trainers_get_a_seed_when_the_config_has_no_data_seed():
+    config = _config("cartpole_dqn.yaml")
+    assert "seed" not in config["data"]["init_args"] and config["seed_everything"] == 0
+    assert training_seed(config) == 0 and training_seed(config, 3) == 3  # (SB3 given None trains unseeded)
+    seeded = copy.deepcopy(config)
+    seeded["data"]["init_args"]["seed"], seeded["seed_everything"] = 7, 5
+    assert training_seed(seeded) == 7
+    del seeded["data"]["init_args"]["seed"]
+    assert training_seed(seeded) == 5
