@@ -68,6 +68,7 @@ def _run(configs: list[str], todo: list[int], folders: dict[int, str], parallel:
          running: dict) -> list[str]:
     """Start and reap the fits; returns the failed ones' descriptions."""
     failed: list[str] = []
+    env = side_by_side_env() if parallel > 1 else None  # (fits at once: threads sleep when idle)
     while todo or running:
         while todo and len(running) < parallel:
             seed = todo.pop(0)
@@ -75,7 +76,6 @@ def _run(configs: list[str], todo: list[int], folders: dict[int, str], parallel:
             log = open(os.path.join(folders[seed], "fit.log"), "w")
             command = [sys.executable, "-m", "pipelines.fit", *(a for c in configs for a in ("--config", c)),
                        f"--seed_everything={seed}", f"--trainer.default_root_dir={folders[seed]}", *overrides]
-            env = side_by_side_env() if parallel > 1 else None  # (fits at once: threads sleep when idle)
             running[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
             print(f"seed {seed}: running in {folders[seed]}", file=sys.stderr, flush=True)
         time.sleep(0.2)
