@@ -9,6 +9,9 @@ STAMP := $(VENV)/.installed
 TORCH_PIP_ARGS ?=
 CONFIG ?= configs/dvrp.yaml
 ARGS ?=
+# `make test` runs the test files on all cores (pytest-xdist, one file per worker at a time: a file's runs, Ray
+# clusters and ports never overlap each other); TEST_WORKERS=0 runs them one after the other in one process.
+TEST_WORKERS ?= auto
 
 .PHONY: install fit test test-slow tensorboard bench bench-peer clean
 
@@ -28,7 +31,7 @@ fit: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -c "import ray" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e ".[ray]"
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 test-slow: $(STAMP)
 	$(BIN)/python -c "import ray" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e ".[ray]"
