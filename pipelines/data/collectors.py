@@ -1,7 +1,8 @@
 """The collectors of the data path: the training envs stepped in this process (TorchRL ``Collector``) or in
 rollout worker processes (TorchRL ``MultiSyncCollector``: ``[B, T]`` batches of the latest policy; or
 ``MultiAsyncCollector``: each worker's batch as soon as it is ready, its frames tagged with the policy version that
-played them, :class:`VersionedPolicy`).
+played them, :class:`VersionedPolicy`, from a copy of the learner's weights that changes only between batches,
+:class:`PublishingAsyncCollector`).
 
 Worker processes use TorchRL's mechanisms only: the policy's weights reach them through the collector's
 shared-memory weight-sync scheme before every batch (``update_at_each_batch``), and named calls on their
@@ -17,6 +18,7 @@ per worker (PSS) instead of 373 MB with ``spawn``, and no import of torch per wo
 from __future__ import annotations
 
 import contextlib
+import copy
 import multiprocessing
 import os
 import signal
@@ -120,6 +122,27 @@ class VersionedPolicy(TensorDictModuleBase):
         self.version += 1
 
 
+class PublishingAsyncCollector(MultiAsyncCollector):
+    """TorchRL's ``MultiAsyncCollector`` whose workers play a copy of the learner's policy (the ``policy`` it is given,
+    whose weights TorchRL's shared-memory scheme shares with them) that its weight update refreshes from ``source``,
+    the learner's policy: TorchRL calls that update (``update_at_each_batch``) right before it tells a worker to
+    collect its next batch, and nowhere else. The learner's optimiser steps never touch the copy, so with one worker
+    batch k is played from start to end by the weights of when the learner received batch k - 1, and a run repeats
+    bit for bit. With several workers the copy changes whenever a worker's batch arrives, also under the others.
+
+    Args:
+        source: the learner's policy (same structure as ``policy``). (the rest as ``MultiAsyncCollector``)
+    """
+
+    def __init__(self, *args, source: nn.Module, **kwargs) -> None:
+        self._source = source  # (before TorchRL's constructor, which may update the weights)
+        super().__init__(*args, **kwargs)
+
+    def update_policy_weights_(self, policy_or_weights=None, **kwargs) -> None:
+        """TorchRL's update, of the learner's weights (``source``) when it is given none."""
+        super().update_policy_weights_(self._source if policy_or_weights is None else policy_or_weights, **kwargs)
+
+
 class WorkerCollector:
     """``workers`` processes of ``num_envs / workers`` envs each (TorchRL ``MultiSyncCollector``), collecting
     ``frames_per_batch`` frames per batch with the latest policy weights, the policy acting on CPU there.
@@ -137,10 +160,11 @@ class WorkerCollector:
         frames_per_batch: frames per collected batch over all workers.
         timeout_s: the longest a batch or a call on the workers may take before the run stops (seconds).
         startup_calls: per worker, the calls its env makes right after it is built (before its first reset).
-        asynchronous: TorchRL's ``MultiAsyncCollector``: each worker collects on while the learner trains, and every
-            batch is one worker's ``frames_per_batch`` frames, played by the weights of when each frame was played
-            (the policy is a :class:`VersionedPolicy`, whose :meth:`bump` the learner calls after each training
-            step); else ``MultiSyncCollector``: all workers collect a batch together with the latest weights.
+        asynchronous: :class:`PublishingAsyncCollector`: each worker collects on while the learner trains, and every
+            batch is one worker's ``frames_per_batch`` frames, played by a copy of the weights taken when that
+            worker's last batch reached the learner (the policy is a :class:`VersionedPolicy`, whose :meth:`bump` the
+            learner calls after each training step; with one worker batch k carries version k - 1); else
+            ``MultiSyncCollector``: all workers collect a batch together with the latest weights.
         **options: further collector arguments (e.g. ``init_random_frames``).
 
     Yields:
@@ -160,17 +184,19 @@ class WorkerCollector:
         make = [partial(make_worker_env, env_config, per, first_seed + w * per, calls[w]) for w in range(workers)]
         self.timeout_s = timeout_s
         self._stall: str | None = None
-        # sync=False: the workers' policy parameters are the shared buffer itself, which the learner updates
-        # in place while they wait for their next batch; no acknowledgement to wait for (a dead worker's
-        # missing acknowledgement would block the learner forever)
+        # sync=False: the workers' policy parameters are the shared buffer itself (synchronous: the learner's own
+        # parameters, which it updates in place while the workers wait for their next batch; asynchronous: a copy
+        # refreshed between batches); no acknowledgement to wait for (a dead worker's missing acknowledgement would
+        # block the learner forever)
         self.asynchronous = asynchronous
         self.policy = VersionedPolicy(policy) if asynchronous else policy
-        kind = MultiAsyncCollector if asynchronous else MultiSyncCollector
+        played = copy.deepcopy(self.policy) if asynchronous else policy
+        kind = partial(PublishingAsyncCollector, source=self.policy) if asynchronous else MultiSyncCollector
         start_workers_from_forkserver()
         # the learner's torch threads: TorchRL leaves it cores - workers (1 with 8 workers on 2 cores), right when
         # both run at once (async); a synchronous learner updates while the workers wait, and keeps its own
         threads = {} if asynchronous else {"num_threads": torch.get_num_threads()}
-        self._collector = kind(make, self.policy, frames_per_batch=frames_per_batch, total_frames=-1, device="cpu",
+        self._collector = kind(make, played, frames_per_batch=frames_per_batch, total_frames=-1, device="cpu",
                                update_at_each_batch=True,
                                weight_sync_schemes={"policy": SharedMemWeightSyncScheme(sync=False)}, **threads,
                                **options)

@@ -35,11 +35,12 @@ class OffPolicyDataModule(RLDataModule):
     ``frames_per_batch = k * num_envs`` with ``utd_ratio = 1``.
 
     With ``workers: 1`` and ``collector: async`` the worker collects the next batch while the learner trains on
-    this one (TorchRL's ``MultiAsyncCollector``), so collection and updates use two cores at once. The worker's
-    policy reads the learner's weights in shared memory as they change, so batch k is played by the weights after
-    k - 1 or k training steps (each frame's ``policy_version``; ``time/policy_lag`` between 0 and 1), and such a run
-    does not repeat bit for bit. It pays where collecting is a large share of large batches: the CartPole DQN peer
-    run took 49.2 s against 56.0 s in one process (medians; README, "Collecting while the learner trains").
+    this one (TorchRL's ``MultiAsyncCollector``), so collection and updates use two cores at once. The worker plays
+    a copy of the learner's weights taken when its last batch reached the learner
+    (:class:`pipelines.data.collectors.PublishingAsyncCollector`): batch k is played by the weights after k - 1
+    batches (each frame's ``policy_version``; ``time/policy_lag`` 1), whatever the timing, so such a run repeats bit
+    for bit. It pays where collecting is a large share of large batches: the CartPole DQN peer run took 49.2 s
+    against 56.0 s in one process (medians; README, "Collecting while the learner trains").
 
     Multi-agent envs (``env.num_agents = R``) share one buffer: a collected ``[B, T]`` batch is stored
     as ``B * R`` rows of one agent's transitions each (:func:`pipelines.data.replay.split_agents`), so n-step
