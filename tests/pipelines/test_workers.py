@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import lightning as L
 import pytest
@@ -30,6 +31,19 @@ class _Batches(L.Callback):
 
     def on_batch_collected(self, trainer, pl_module, batch) -> None:
         self.batches.append(batch.clone())
+
+
+class _SlowSteps(_Batches):
+    """Keeps the collected batches and makes every training step last ``seconds`` longer; after each step it notes
+    whether the worker's next batch is already waiting (collected while the learner trained)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds, self.waiting = seconds, []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        time.sleep(self.seconds)
+        self.waiting.append(not trainer.datamodule.collector()._collector.queue_out.empty())
 
 
 def _fit(tmp_path, callback: L.Callback, *extra: str):
@@ -73,10 +87,11 @@ def test_a_run_with_workers_is_reproducible(tmp_path):
 
 def test_one_asynchronous_worker_collects_while_the_learner_trains(tmp_path):
     """Off-policy with ``workers: 1, collector: async``: every batch holds all rows, each row's steps go on from the
-    last batch's (what the replay buffer's n-step returns need), batch k was played from start to end by the weights
-    the learner had when batch k - 1 reached it (version k - 1: the worker's copy changes only between its batches),
-    and the run repeats bit for bit."""
-    runs = [(_Batches(), name) for name in ("a", "b")]
+    last batch's (what the replay buffer's n-step returns need), the worker collects the next batch while the learner
+    trains, batch k was played from start to end by the weights the learner had when batch k - 1 reached it (version
+    k - 1: the worker's copy changes only between its batches), and the run repeats bit for bit, whatever the timing
+    (the first run's training steps take 0.3 s longer)."""
+    runs = [(_SlowSteps(0.3), "a"), (_Batches(), "b")]
     clis = [_fit(tmp_path / name, batches, "--data.init_args.workers=1", "--data.init_args.collector=async")
             for batches, name in runs]
     batches = runs[0][0]
@@ -94,6 +109,8 @@ def test_one_asynchronous_worker_collects_while_the_learner_trains(tmp_path):
     first, second = (cli.model.state_dict() for cli in clis)
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
     assert all(torch.equal(a["action"], b["action"]) for a, b in zip(batches.batches, runs[1][0].batches))
+    # the next batch was waiting at the end of most (slowed) training steps: collected while the learner trained
+    assert len(batches.waiting) == 16 and sum(batches.waiting) >= 12, batches.waiting
 
 
 def test_bad_worker_settings_are_rejected(tmp_path, capsys):
