@@ -189,9 +189,11 @@ class WorkerCollector:
         # refreshed between batches); no acknowledgement to wait for (a dead worker's missing acknowledgement would
         # block the learner forever)
         self.asynchronous = asynchronous
-        self.policy = VersionedPolicy(policy) if asynchronous else policy
-        played = copy.deepcopy(self.policy) if asynchronous else policy
-        kind = partial(PublishingAsyncCollector, source=self.policy) if asynchronous else MultiSyncCollector
+        if asynchronous:  # the workers play a copy (``played``), refreshed from the learner's policy between batches
+            self.policy = VersionedPolicy(policy)
+            kind, played = partial(PublishingAsyncCollector, source=self.policy), copy.deepcopy(self.policy)
+        else:
+            self.policy, kind, played = policy, MultiSyncCollector, policy
         start_workers_from_forkserver()
         # the learner's torch threads: TorchRL leaves it cores - workers (1 with 8 workers on 2 cores), right when
         # both run at once (async); a synchronous learner updates while the workers wait, and keeps its own
