@@ -162,6 +162,7 @@ def sb3_pong(frames: int, threads: int) -> dict:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import SubprocVecEnv, VecFrameStack
 
     def linear(start: float):
@@ -172,6 +173,7 @@ def sb3_pong(frames: int, threads: int) -> dict:
     model = PPO("CnnPolicy", env, n_steps=128, n_epochs=4, batch_size=256, learning_rate=linear(2.5e-4),
                 clip_range=linear(0.1), vf_coef=0.5, ent_coef=0.01, gamma=0.99, gae_lambda=0.95, max_grad_norm=0.5,
                 seed=0, device="cpu", verbose=0)
+    model.set_logger(Logger(folder=None, output_formats=[]))  # (SB3's default makes an empty folder in /tmp per run)
     class Clock(BaseCallback):
         """The time and frame count at the end of the second rollout (as ours: timed from its second batch)."""
 

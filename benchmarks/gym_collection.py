@@ -67,6 +67,7 @@ def sb3(num_envs: int, frames: int) -> float:
     """Microseconds per collected and stored frame in SB3's DQN with learning off."""
     from stable_baselines3 import DQN
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import Logger
 
     env = make_vec_env("CartPole-v1", n_envs=num_envs, seed=0)
     # learning_starts 0: the policy acts from the first step (before it SB3 acts at random); gradient_steps 0:
@@ -74,6 +75,7 @@ def sb3(num_envs: int, frames: int) -> float:
     model = DQN("MlpPolicy", env, policy_kwargs={"net_arch": [256, 256]}, learning_starts=0, gradient_steps=0,
                 exploration_initial_eps=0.05, exploration_final_eps=0.05, buffer_size=100_000,
                 train_freq=FRAMES_PER_BATCH // num_envs, seed=0, device="cpu")
+    model.set_logger(Logger(folder=None, output_formats=[]))  # (SB3's default makes an empty folder in /tmp per run)
     model.learn(total_timesteps=WARMUP)
     start = time.perf_counter()
     model.learn(total_timesteps=frames, reset_num_timesteps=False)

@@ -340,6 +340,7 @@ def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: s
     torch.set_flush_denormal(flush_denormal)
     import stable_baselines3  # optional dependency (the bench extra)
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import Logger
 
     hp = dict(hp)
     for key in ("learning_rate", "clip_range"):  # "lin_<x>": RL Zoo's linear decay to 0 (SB3 passes 1 -> 0)
@@ -354,6 +355,7 @@ def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: s
     start = time.perf_counter()
     env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
     model = algorithm("MlpPolicy", env, seed=seed, device=device, verbose=0, **hp)
+    model.set_logger(Logger(folder=None, output_formats=[]))  # (SB3's default makes an empty folder in /tmp per run)
     model.learn(total_timesteps=total)
     wall = time.perf_counter() - start
     peak = peak_rss_mb()  # before the evaluation imports this framework's stack

@@ -162,8 +162,8 @@ class RLModule(CheckpointLoading, L.LightningModule):
 
     # ------------------------------------------------------------------ what the data path needs
     def replay_keys(self) -> list[NestedKey] | None:
-        """The entries of a collected batch a replay buffer keeps (the loss's inputs, e.g. :meth:`transition_keys`);
-        None keeps everything."""
+        """The entries of a collected batch the updates read (the loss's inputs, e.g. :meth:`transition_keys`): what a
+        replay buffer keeps, and what the on-policy minibatches are cut from. None keeps everything."""
         return None
 
     @staticmethod

@@ -50,7 +50,10 @@ class OnPolicyDataModule(RLDataModule):
         ``N / mini_batch_size`` minibatches. A minibatch of the whole batch (``mini_batch_size`` = N) is the batch
         itself, ``ppo_epochs`` times: the loss is a mean over its frames, so a shuffle would change only the order
         of a float sum, and copying the batch out costs more than the update's arithmetic on small networks."""
+        keys = self.trainer.lightning_module.replay_keys()  # (the loss's inputs: the minibatches carry only these)
         for batch in self.batches():  # (a stop is checked before each collection: every batch collected is trained on)
+            if keys is not None:
+                batch = batch.select(*keys)
             if self.mini_batch_size == batch.numel():
                 yield Minibatches(batch, None, self.ppo_epochs)
                 continue

@@ -1,7 +1,10 @@
-"""The on-policy data path: PPO's minibatches cover each collected batch once per epoch, and a minibatch of the
-whole batch is the batch itself (no shuffle), which gives the same update as a shuffled copy."""
+"""The on-policy data path: PPO's minibatches cover each collected batch once per epoch and carry only what the loss
+reads, and a minibatch of the whole batch is the batch itself (no shuffle, no copy), which gives the same update as a
+shuffled copy."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,15 +17,22 @@ from pipelines.data import OnPolicyDataModule
 
 
 def _batch(n: int) -> TensorDict:
+    """A processed batch ``[n]`` whose observation's first feature is the frame's index, with entries the loss does
+    not read (the next observation, the reward, the env's report)."""
     g = torch.Generator().manual_seed(0)
-    return TensorDict(observation=torch.randn(n, 4, generator=g), action=torch.randint(2, (n,), generator=g),
+    observation = torch.randn(n, 4, generator=g)
+    observation[:, 0] = torch.arange(n)
+    return TensorDict(observation=observation, action=torch.randint(2, (n,), generator=g),
                       action_log_prob=-torch.rand(n, generator=g) - 0.1, advantage=torch.randn(n, 1, generator=g),
-                      value_target=torch.randn(n, 1, generator=g), frame=torch.arange(n), batch_size=[n])
+                      value_target=torch.randn(n, 1, generator=g), report=TensorDict(served=torch.ones(n, 1)),
+                      next=TensorDict(observation=torch.randn(n, 4, generator=g), reward=torch.ones(n, 1)),
+                      batch_size=[n])
 
 
 def _minibatches(mini_batch_size: int, n: int = 64, ppo_epochs: int = 3):
     data = OnPolicyDataModule(GymConfig(env_id="CartPole-v1"), num_envs=1, frames_per_batch=n,
                               ppo_epochs=ppo_epochs, mini_batch_size=mini_batch_size)
+    data.trainer = SimpleNamespace(lightning_module=PPOModule(MLPActorCritic(num_actions=2), action_mask_key=None))
     batch = _batch(n)
     data.batches = lambda: iter([batch])  # one collected batch, already processed
     (minibatches,) = list(data.training_batches())
@@ -32,16 +42,26 @@ def _minibatches(mini_batch_size: int, n: int = 64, ppo_epochs: int = 3):
 def test_each_epoch_reads_every_frame_once_in_a_new_order():
     batch, parts, length = _minibatches(mini_batch_size=16)
     assert length == len(parts) == 3 * 4
-    epochs = [torch.cat([p["frame"] for p in parts[e * 4:(e + 1) * 4]]) for e in range(3)]
+    epochs = [torch.cat([p["observation"][:, 0] for p in parts[e * 4:(e + 1) * 4]]) for e in range(3)]
     for order in epochs:
-        assert torch.equal(order.sort().values, torch.arange(64))
+        assert torch.equal(order.sort().values, torch.arange(64.0))
     assert not torch.equal(epochs[0], epochs[1]), "the epochs were not reshuffled"
+
+
+@pytest.mark.parametrize("mini_batch_size", [16, 64])
+def test_minibatches_carry_only_what_the_loss_reads(mini_batch_size):
+    batch, parts, _ = _minibatches(mini_batch_size=mini_batch_size)
+    read = {"observation", "action", "action_log_prob", "advantage", "value_target"}
+    for part in parts:
+        assert set(part.keys(include_nested=True, leaves_only=True)) == read
+        assert torch.equal(part["value_target"], batch["value_target"][part["observation"][:, 0].long()])
 
 
 def test_a_minibatch_of_the_whole_batch_is_the_batch_each_epoch():
     batch, parts, length = _minibatches(mini_batch_size=64)
     assert length == len(parts) == 3
-    assert all(p is batch for p in parts)
+    assert all(p is parts[0] for p in parts)
+    assert parts[0]["observation"].data_ptr() == batch["observation"].data_ptr(), "the whole batch was copied"
 
 
 @pytest.mark.parametrize("normalize_advantage", [True, False])
