@@ -18,7 +18,8 @@ with the same arithmetic:
 
 Ours runs as ``pipelines.fit`` runs it: Lightning's loop, manual optimisation, metrics recorded, the
 updates of one collected batch per training step (``K`` in the output: ``utd_ratio``, or PPO's epochs times
-minibatches; also measured with K = 1, Lightning's loop once per update). The plain loop is a bare ``for`` loop over the update. Each side is timed ``--repeats`` times,
+minibatches; also measured with K = 1, Lightning's loop once per update). The plain loop is a bare ``for`` loop over the update. Both sides flush
+denormal floats to zero, as ``pipelines.fit`` does by default (``--flush_denormal 0``: neither). Each side is timed ``--repeats`` times,
 alternating; the best time of each counts. One torch thread. Prints one JSON object (last line):
 ``{"dqn": {"ours_us", "ours_k1_us", "plain_us", "ratio", "ratio_k1", "K", ...}, "sac": {...}, "ppo": {...},
 "peak_rss_mb", ...}``; ratio = ours / plain (issue 13's goal: <= 1.3).
@@ -325,8 +326,11 @@ def main() -> None:
     parser.add_argument("--algorithms", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--updates", type=int, default=3072, help="updates per timed run")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--flush_denormal", type=int, choices=[0, 1], default=1,
+                        help="1: denormal floats flushed to zero on both sides, as pipelines.fit runs (its default)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    torch.set_flush_denormal(bool(args.flush_denormal))
     result = {}
     for name in args.algorithms:
         make_module, make_plain = CASES[name]
@@ -346,7 +350,8 @@ def main() -> None:
                         "updates_per_run": updates,
                         "all_us": {key: [t * 1e6 for t in values] for key, values in times.items()}}
     result.update(peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, torch=torch.__version__,
-                  threads=torch.get_num_threads(), load_average_1min=os.getloadavg()[0])
+                  threads=torch.get_num_threads(), flush_denormal=bool(args.flush_denormal),
+                  load_average_1min=os.getloadavg()[0])
     print(json.dumps(result))
 
 

@@ -10,6 +10,12 @@ per worker (PSS) instead of 229. The learner never imports this module.
 
 import gc
 import importlib
+import sys
+
+# The workers collect locally and never use Ray, which TorchRL imports whenever it is installed (the ``ray`` extra):
+# a None entry makes ``importlib.util.find_spec("ray")`` answer None, so TorchRL takes Ray as absent here (in this
+# server and its workers only; the learner and Ray's own actors are other interpreters).
+sys.modules["ray"] = None
 
 # what a worker needs (its env builder is pipelines.data.collectors): imported here once, not by each worker
 WORKER_IMPORTS = ("torch", "tensordict", "torchrl.collectors", "torchrl.envs", "envs", "modules",
