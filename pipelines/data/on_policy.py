@@ -15,11 +15,11 @@ from pipelines.data.ray_collector import RayOptions
 
 
 class OnPolicyDataModule(RLDataModule):
-    """On-policy pipeline: each collected batch (processed by ``module.on_collected``, e.g. GAE) is
-    split into ``ppo_epochs`` passes of shuffled minibatches of ``mini_batch_size`` frames, all handed to one
-    training step as :class:`Minibatches` (K = ``ppo_epochs * frames_per_batch / mini_batch_size`` updates, in
-    order: Lightning's per-step cost is paid once per collected batch, and only one minibatch is copied out of
-    the batch at a time).
+    """On-policy pipeline: each collected batch (processed by ``module.on_collected``, e.g. GAE, then cut down to
+    the entries the module's update reads, ``module.replay_keys()``) is split into ``ppo_epochs`` passes of
+    shuffled minibatches of ``mini_batch_size`` frames, all handed to one training step as :class:`Minibatches`
+    (K = ``ppo_epochs * frames_per_batch / mini_batch_size`` updates, in order: Lightning's per-step cost is paid
+    once per collected batch, and only one minibatch is copied out of the batch at a time).
 
     Args:
         ppo_epochs: passes over each collected batch.
