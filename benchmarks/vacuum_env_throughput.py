@@ -8,8 +8,9 @@ each robot's ``action_mask``) are drawn outside the timed region; each timed cal
 rows that are done), after a warm-up of 50 calls. A frame is one env step of one row (B frames per
 batched step; the R robots of a row act in the same frame), so "robot-env steps" here = frames.
 Also printed: frames/s including the action sampling, the raw ``_step`` alone, and
-``make_env_steps_per_s``: the same timed ``step_and_maybe_reset`` on ``envs.make_env``'s env (the bare env
-plus ``RewardSum`` and ``ActionMask``), which is what the pipeline's collector steps.
+``make_env_steps_per_s``: the same timed ``step_and_maybe_reset`` on ``envs.make_env``'s env (since 2026-11-26
+the bare env itself: it keeps its episodes' returns and draws masked random actions, so no ``RewardSum`` and
+``ActionMask`` layer), which is what the pipeline's collector steps.
 Prints one JSON object (last stdout line):
 ``{"env_steps_per_s": {"8": ..., "512": ..., "4096": ...}, "make_env_steps_per_s": {...}, "peak_rss_mb": ..., ...}``.
 """

@@ -57,7 +57,7 @@ def play_episodes(env: EnvBase, policy: Callable[[TensorDictBase], TensorDictBas
     stream, e.g. a training run's, is left as it was), with no gradients.
 
     Args:
-        env: a batched env ``[B]`` (e.g. from ``envs.make_env``, with ``RewardSum``).
+        env: a batched env ``[B]`` that writes ``episode_reward`` (e.g. from ``envs.make_env``).
         policy: reads an observation TensorDict ``[B]``, writes ``action``.
         episodes_per_row: episodes counted per row (rows that finish early play on uncounted).
         max_steps: stop after this many steps even if some episodes are unfinished (they are not counted).

@@ -17,10 +17,12 @@ from envs.spec_record import spec_from_record, spec_record
 def make_env(config: EnvConfig, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
     """Build ``config``'s env with ``num_envs`` rows seeded ``seed, seed + 1, ...`` plus the standard
     transforms: ``RewardSum`` (``episode_reward``, the undiscounted return of the running episode) unless the
-    env writes ``episode_reward`` itself (``envs.gym.GymVectorEnv``) and, where the env emits ``action_mask``,
-    ``ActionMask`` (keeps ``action_spec``'s mask current, so ``rand_action`` and random rollouts respect it).
-    An env that needs no transform is returned as built (no ``TransformedEnv`` layer, whose per-step cost
-    shows on small batches); :func:`unwrap` gives the base env either way.
+    env writes ``episode_reward`` itself (``envs.gym.GymVectorEnv``, the native envs of
+    :class:`envs.seeding.RowSeededEnv`) and, where the env emits ``action_mask`` and its own ``rand_action`` does
+    not draw from it (as ``RowSeededEnv``'s does), ``ActionMask`` (keeps ``action_spec``'s mask current, so
+    ``rand_action`` and random rollouts respect it). An env that needs no transform is returned as built (no
+    ``TransformedEnv`` layer, whose per-step cost shows on small batches); :func:`unwrap` gives the base env
+    either way.
 
     Raises:
         ValueError: ``num_envs < 1``.
@@ -29,7 +31,7 @@ def make_env(config: EnvConfig, num_envs: int, seed: int, device: torch.device |
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     base = config.make(num_envs=num_envs, seed=seed, device=device)
     transforms = [] if "episode_reward" in base.observation_spec.keys() else [RewardSum()]
-    if "action_mask" in base.observation_spec.keys():
+    if "action_mask" in base.observation_spec.keys() and type(base).rand_action is EnvBase.rand_action:
         transforms.append(ActionMask())
     return TransformedEnv(base, Compose(*transforms)) if transforms else base
 

@@ -1,5 +1,7 @@
 """Row-seeded batched envs: row b of an env seeded s plays exactly the episodes of a single env seeded
-s + b, so results do not depend on the batch size, and a resumed run can replay the episodes in progress."""
+s + b, so results do not depend on the batch size, and a resumed run can replay the episodes in progress. They
+also keep their episodes' returns and draw masked random actions themselves, so ``envs.make_env`` wraps them in
+no TorchRL transform."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import NamedTuple
 import torch
 from tensordict import TensorDictBase
 from torch import Tensor
+from torchrl.data import Unbounded
 from torchrl.envs import EnvBase
 
 from envs import rng
@@ -39,6 +42,11 @@ class RowSeededEnv(EnvBase):
     The env owns its resume state (:meth:`resume_state`, :meth:`load_resume_state`): what replays the
     episodes in progress, and whatever else a subclass needs for that (e.g. cached model predictions).
 
+    It also does what TorchRL's ``RewardSum`` and ``ActionMask`` transforms would, without their
+    ``TransformedEnv`` layer (0.4 ms of a 1.4 ms vacuum step at B = 8, 0.8 of 4.6 ms of a DVRP step at B = 256):
+    a subclass writes :meth:`episode_returns` under ``episode_reward`` in its reset and step outputs (its spec
+    from :meth:`add_episode_reward_spec`), and :meth:`rand_action` draws from the input's ``action_mask``.
+
     Args:
         num_envs: B, the batch size. device: torch device of the env.
 
@@ -50,6 +58,7 @@ class RowSeededEnv(EnvBase):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         super().__init__(device=device, batch_size=torch.Size([num_envs]))
+        self._returns: Tensor | None = None  # episode_returns: made on first use, in the reward spec's shape
 
     def _set_seed(self, seed: int | None) -> None:
         seed = 0 if seed is None else int(seed)
@@ -77,7 +86,44 @@ class RowSeededEnv(EnvBase):
         episode = self.episode.index_select(0, index)
         keys = rng.episode_keys(self.row_seed.index_select(0, index), episode)
         self.episode = self.episode + rows
+        self._returns = self.episode_returns().index_fill(0, index, 0)  # (a new tensor: handed-out ones never change)
         return NewEpisodes(rows, index, episode, keys)
+
+    @property
+    def base_env(self) -> RowSeededEnv:
+        """This env: ``envs.make_env`` wraps it in no transform, and this is ``TransformedEnv.base_env``'s answer for
+        it, so that code reaching the env under its transforms (e.g. the workers' ``env.base_env.<method>`` calls)
+        works with it as it is."""
+        return self
+
+    def add_episode_reward_spec(self) -> None:
+        """Add ``episode_reward`` to the observation spec, in the reward spec's shape and dtype (as ``RewardSum``)."""
+        spec = self.reward_spec
+        self.observation_spec["episode_reward"] = Unbounded(shape=spec.shape, dtype=spec.dtype, device=self.device)
+
+    def episode_returns(self, reward: Tensor | None = None) -> Tensor:
+        """``episode_reward``: each row's undiscounted return of its running episode (``[B, 1]``, or the reward's
+        ``[B, R, 1]`` with R agents), 0 after a reset, plus ``reward`` when given (a step's; TorchRL's ``RewardSum``
+        writes the same). Every call that changes it makes a new tensor, so those already handed out stay as they
+        were."""
+        if self._returns is None:
+            spec = self.reward_spec
+            self._returns = torch.zeros(spec.shape, dtype=spec.dtype, device=self.device)
+        if reward is not None:
+            self._returns = self._returns + reward
+        return self._returns
+
+    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """TorchRL's random action (``EnvBase.rand_action``), uniform over the allowed actions of each row (and
+        agent) where ``tensordict`` has ``action_mask`` ``[B, ..., A]``: the draw TorchRL's ``Categorical.rand``
+        makes with a mask (``torch.multinomial`` over it), from the input's mask instead of a spec that
+        ``ActionMask`` would have to update on every step."""
+        mask = tensordict.get("action_mask", None) if tensordict is not None else None
+        if mask is None:
+            return super().rand_action(tensordict)
+        draw = torch.multinomial(mask.reshape(-1, mask.shape[-1]).float(), 1).reshape(mask.shape[:-1])
+        tensordict.set("action", draw.to(self.action_spec.dtype))
+        return tensordict
 
     def resume_state(self) -> dict[str, Tensor]:
         """What replays the episodes in progress: row seeds and the index of each row's episode in

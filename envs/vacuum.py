@@ -259,6 +259,7 @@ class VacuumEnv(RowSeededEnv):
         )
         self.action_spec = Categorical(n=NUM_ACTIONS, shape=(b, r), device=self.device)
         self.reward_spec = Unbounded(shape=(b, r, 1), **f32)
+        self.add_episode_reward_spec()
         flag = {"n": 2, "shape": (b, 1), "dtype": torch.bool, "device": self.device}
         self.done_spec = Composite(done=Categorical(**flag), terminated=Categorical(**flag),
                                    truncated=Categorical(**flag), shape=(b,))
@@ -357,7 +358,7 @@ class VacuumEnv(RowSeededEnv):
         # A partial reset computes only the new rows, into a scratch buffer: TorchRL's reset takes the
         # rows that are not reset from its input (``_update_during_reset`` merges into new tensors), so
         # the other rows of this buffer (stale, finite) are never seen, and no full-size copy is made.
-        # The small entries (mask, report) are computed for every row: ``ActionMask`` reads the whole mask.
+        # The small entries (mask, report, returns) are computed for every row: maybe_reset takes them whole.
         n = idx.shape[0]
         fresh = self._features(position, energy, self._fresh_dirt[:n], self._fresh_t[:n])
         return self._observation(self._reset_rows.index_copy_(0, idx, fresh))
@@ -477,8 +478,8 @@ class VacuumEnv(RowSeededEnv):
         return inputs.mm(self._layout).view(k, r, cfg.num_features)
 
     def _observation(self, observation: Tensor, **step: Tensor) -> TensorDict:
-        """The observation TensorDict of the current state, around ``observation`` ``[B, R, F]``, plus the
-        ``step`` entries (reward and done flags)."""
+        """The observation TensorDict of the current state, around ``observation`` ``[B, R, F]``, with the running
+        episodes' returns (per robot, ``[B, R, 1]``), plus the ``step`` entries (reward and done flags)."""
         b, c = self.batch_size[0], self.config.num_cells
         key = (self.position * 2).add_(self.energy > 0)  # cell * 2 + is_active
         mask = self._mask_table.index_select(0, key.view(-1)).view(b, -1, NUM_ACTIONS)
@@ -493,7 +494,7 @@ class VacuumEnv(RowSeededEnv):
         # _new_unsafe skips the checks of TensorDict(...): every entry is built here with batch size [B]
         return TensorDict._new_unsafe(
             {"observation": observation, "agent_id": self._agent_id.clone(), "action_mask": mask,
-             "report": report, **step},
+             "report": report, "episode_reward": self.episode_returns(step.get("reward")), **step},
             batch_size=self.batch_size, device=self.device,
         )
 

@@ -169,6 +169,7 @@ class DVRPEnv(RowSeededEnv):
         )
         self.action_spec = Categorical(n=a, shape=(b,), device=self.device)
         self.reward_spec = Unbounded(shape=(b, 1), **f32)
+        self.add_episode_reward_spec()
 
     # ------------------------------------------------------------------ seeding / state
     def resume_state(self) -> dict[str, Tensor]:
@@ -224,7 +225,7 @@ class DVRPEnv(RowSeededEnv):
         self.table = torch.where(rows.view(-1, 1, 1), unseen, self.table)
         self._outcome = self._no_outcome(b, self.config.num_types)
         self._quote()
-        return self._observation()
+        return self._observation().set("episode_reward", self.episode_returns())
 
     def _step(self, tensordict: TensorDict) -> TensorDict:
         b, n, w = self.batch_size[0], self.config.num_customers, self.num_windows
@@ -260,8 +261,9 @@ class DVRPEnv(RowSeededEnv):
         self.t = self.t + 1
         self._quote()
         out = self._observation()
-        done = (self.t >= n).unsqueeze(-1)
-        out.update({"reward": reward.float().unsqueeze(-1), "done": done, "terminated": done.clone()})
+        done, reward = (self.t >= n).unsqueeze(-1), reward.float().unsqueeze(-1)
+        out.update({"reward": reward, "episode_reward": self.episode_returns(reward), "done": done,
+                    "terminated": done.clone()})
         return out
 
     # ------------------------------------------------------------------ helpers

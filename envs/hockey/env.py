@@ -233,6 +233,7 @@ class HockeyEnv(RowSeededEnv):
         else:
             self.action_spec = Bounded(low=-1.0, high=1.0, shape=(b, ACTION_SIZE), **f32)
         self.reward_spec = Unbounded(shape=(b, 1), **f32)
+        self.add_episode_reward_spec()
         flag = {"n": 2, "shape": (b, 1), "dtype": torch.bool, "device": self.device}
         self.done_spec = Composite(done=Categorical(**flag), terminated=Categorical(**flag),
                                    truncated=Categorical(**flag), shape=(b,))
@@ -607,12 +608,14 @@ class HockeyEnv(RowSeededEnv):
         return rows.t().contiguous(), self._opponent_rows.t().contiguous()
 
     def _output(self, winner: Tensor, reward: Tensor | None = None, **flags: Tensor) -> TensorDict:
-        """The TensorDict of the current state: observations, report, and ``reward`` and the done ``flags`` of a step."""
+        """The TensorDict of the current state: observations, report, the running episodes' returns, and ``reward``
+        and the done ``flags`` of a step."""
         observation, opponent = self.observation_of_state()
         win, loss = (winner > 0).float(), (winner < 0).float()
         report = {"winner": winner, "won": win, "lost": loss, "drawn": 1.0 - win - loss,
                   "steps": self.t.unsqueeze(-1).float()}
-        out = {"observation": observation, "observation_opponent": opponent, "report": report, **flags}
+        out = {"observation": observation, "observation_opponent": opponent, "report": report,
+               "episode_reward": self.episode_returns(reward), **flags}
         if reward is not None:
             out["reward"] = reward
         # _new_unsafe skips the checks of TensorDict(...): every entry is built here with batch size [B]

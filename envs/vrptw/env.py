@@ -88,6 +88,7 @@ class VRPTWEnv(RowSeededEnv):
         )
         self.action_spec = Categorical(n=s, shape=(b,), device=self.device)
         self.reward_spec = Unbounded(shape=(b, 1), **f32)
+        self.add_episode_reward_spec()
 
     def _reset(self, tensordict: TensorDict | None = None, **kwargs) -> TensorDict:
         rows, idx, _, keys = self.start_episodes(tensordict)
@@ -96,7 +97,7 @@ class VRPTWEnv(RowSeededEnv):
             self.problem[idx] = new
             self.dist[idx] = distance_matrix(new["loc"])
         self.state = construction.start(self.problem, self.dist, early_return=self.early_return).where(rows, self.state)
-        return self._observation()
+        return self._observation().set("episode_reward", self.episode_returns())
 
     def _step(self, tensordict: TensorDict) -> TensorDict:
         action = tensordict["action"].reshape(-1).clone()
@@ -110,8 +111,9 @@ class VRPTWEnv(RowSeededEnv):
         dead = self.state.done & ~self.state.feasible & ~before.done
         reward = -leg - self.unserved_penalty * dead * self.state.unserved()
         out = self._observation()
-        done = self.state.done.unsqueeze(-1)
-        out.update({"reward": reward.float().unsqueeze(-1), "done": done, "terminated": done.clone()})
+        done, reward = self.state.done.unsqueeze(-1), reward.float().unsqueeze(-1)
+        out.update({"reward": reward, "episode_reward": self.episode_returns(reward), "done": done,
+                    "terminated": done.clone()})
         return out
 
     def _observation(self) -> TensorDict:

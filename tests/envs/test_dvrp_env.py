@@ -89,7 +89,7 @@ def test_random_rollout_shapes_and_mask(case):
     env = make_env(cfg, num_envs=b, seed=3)
     torch.manual_seed(0)
     steps = 2 * n + 3
-    r = env.rollout(steps, break_when_any_done=False)  # ActionMask: random actions respect the mask
+    r = env.rollout(steps, break_when_any_done=False)  # rand_action: random actions respect the mask
     nxt = r["next"]
     assert r.batch_size == torch.Size([b, steps])
     assert nxt["customers"].shape == (b, steps, n, 10 + k)

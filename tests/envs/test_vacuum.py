@@ -55,7 +55,7 @@ def test_check_env_specs(num_envs):
 def test_rollout_shapes_and_mask():
     cfg = VacuumConfig()
     env = make_env(cfg, num_envs=6, seed=0)
-    out = env.rollout(40, break_when_any_done=False)  # ActionMask: random actions respect the mask
+    out = env.rollout(40, break_when_any_done=False)  # rand_action: random actions respect the mask
     assert out["observation"].shape == (6, 40, 4, cfg.num_features) == (6, 40, 4, 46)
     assert out["observation"].dtype == torch.float32
     assert out["agent_id"].shape == (6, 40, 4, 4) and torch.equal(out["agent_id"][0, 0], torch.eye(4))
