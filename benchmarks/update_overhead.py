@@ -18,9 +18,10 @@ with the same arithmetic:
 
 Ours runs as ``pipelines.fit`` runs it: Lightning's loop, manual optimisation, metrics recorded, the
 updates of one collected batch per training step (``K`` in the output: ``utd_ratio``, or PPO's epochs times
-minibatches; also measured with K = 1, Lightning's loop once per update). The plain loop is a bare ``for`` loop over the update. Both sides flush
-denormal floats to zero, as ``pipelines.fit`` does by default (``--flush_denormal 0``: neither). Each side is timed ``--repeats`` times,
-alternating; the best time of each counts. One torch thread. Prints one JSON object (last line):
+minibatches; also measured with K = 1, Lightning's loop once per update). The plain loop is a bare ``for`` loop
+over the update. Both sides flush denormal floats to zero, as ``pipelines.fit`` does by default
+(``--flush_denormal 0``: neither). Each side is timed ``--repeats`` times, alternating; the best time of each
+counts. One torch thread. Prints one JSON object (last line):
 ``{"dqn": {"ours_us", "ours_k1_us", "plain_us", "ratio", "ratio_k1", "K", ...}, "sac": {...}, "ppo": {...},
 "peak_rss_mb", ...}``; ratio = ours / plain (issue 13's goal: <= 1.3).
 """
