@@ -98,6 +98,17 @@ def play_episodes(env: EnvBase, policy: Callable[[TensorDictBase], TensorDictBas
     return {key: torch.cat(values)[sort] for key, values in parts.items()}
 
 
+def masked_uniform(mask: Tensor) -> Tensor:
+    """One uniform draw among the allowed actions of every row: bool ``mask`` ``[*B, A]`` -> int64 ``[*B]``, from
+    the global torch RNG (``torch.multinomial`` over the mask, the draw TorchRL's ``Categorical.rand`` makes with a
+    mask).
+
+    Raises:
+        RuntimeError: a row with no allowed action (from ``torch.multinomial``).
+    """
+    return torch.multinomial(mask.reshape(-1, mask.shape[-1]).float(), 1).reshape(mask.shape[:-1])
+
+
 class UniformRandomPolicy:
     """The random baseline of any env: uniform over each agent's allowed actions (``action_mask``,
     ``[*B, A]`` -> categorical ``action`` ``[*B]``), else a draw from the per-sample ``action_spec``
@@ -112,9 +123,7 @@ class UniformRandomPolicy:
 
     def __call__(self, td: TensorDict) -> TensorDict:
         if "action_mask" in td.keys():
-            mask = td["action_mask"]
-            draw = torch.multinomial(mask.float().reshape(-1, mask.shape[-1]), 1)
-            td["action"] = draw.reshape(mask.shape[:-1])
+            td["action"] = masked_uniform(td["action_mask"])
         else:
             td["action"] = self.action_spec.rand(td.batch_size)
         return td

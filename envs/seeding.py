@@ -14,6 +14,7 @@ from torchrl.data import Unbounded
 from torchrl.envs import EnvBase
 
 from envs import rng
+from envs.episodes import masked_uniform
 
 
 class NewEpisodes(NamedTuple):
@@ -115,14 +116,13 @@ class RowSeededEnv(EnvBase):
 
     def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
         """TorchRL's random action (``EnvBase.rand_action``), uniform over the allowed actions of each row (and
-        agent) where ``tensordict`` has ``action_mask`` ``[B, ..., A]``: the draw TorchRL's ``Categorical.rand``
-        makes with a mask (``torch.multinomial`` over it), from the input's mask instead of a spec that
+        agent) where ``tensordict`` has ``action_mask`` ``[B, ..., A]`` (:func:`envs.episodes.masked_uniform`: the
+        draw TorchRL's ``Categorical.rand`` makes with a mask), from the input's mask instead of a spec that
         ``ActionMask`` would have to update on every step."""
         mask = tensordict.get("action_mask", None) if tensordict is not None else None
         if mask is None:
             return super().rand_action(tensordict)
-        draw = torch.multinomial(mask.reshape(-1, mask.shape[-1]).float(), 1).reshape(mask.shape[:-1])
-        tensordict.set("action", draw.to(self.action_spec.dtype))
+        tensordict.set("action", masked_uniform(mask).to(self.action_spec.dtype))
         return tensordict
 
     def resume_state(self) -> dict[str, Tensor]:
