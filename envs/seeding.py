@@ -44,9 +44,10 @@ class RowSeededEnv(EnvBase):
     episodes in progress, and whatever else a subclass needs for that (e.g. cached model predictions).
 
     It also does what TorchRL's ``RewardSum`` and ``ActionMask`` transforms would, without their
-    ``TransformedEnv`` layer (0.4 ms of a 1.4 ms vacuum step at B = 8, 0.8 of 4.6 ms of a DVRP step at B = 256):
-    a subclass writes :meth:`episode_returns` under ``episode_reward`` in its reset and step outputs (its spec
-    from :meth:`add_episode_reward_spec`), and :meth:`rand_action` draws from the input's ``action_mask``.
+    ``TransformedEnv`` layer (0.24-0.27 of 0.69-0.73 ms of a vacuum step at B = 8, 0.18-0.38 of 2.2-2.4 ms of a
+    DVRP step at B = 256, through ``make_env``, 2026-11-26): a subclass writes :meth:`episode_returns` under
+    ``episode_reward`` in its reset and step outputs (its spec from :meth:`add_episode_reward_spec`), and
+    :meth:`rand_action` draws from the input's ``action_mask``.
 
     Args:
         num_envs: B, the batch size. device: torch device of the env.

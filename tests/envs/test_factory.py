@@ -23,7 +23,8 @@ CONFIGS = {
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_native_envs_come_unwrapped_with_the_returns_of_reward_sum(name):
     """Over episodes that end and restart (partial resets), ``episode_reward`` before and after every step equals
-    what ``RewardSum`` writes over the same env, and the random actions are the same draws."""
+    what ``RewardSum`` writes over the same env (both sides play the same random actions, so the returns compare;
+    that the draws are TorchRL's masked ones is the next test)."""
     config = CONFIGS[name]
     env = make_env(config, 8, 0)
     assert not isinstance(env, TransformedEnv)
