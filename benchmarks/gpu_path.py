@@ -8,7 +8,9 @@ Each run is ``pipelines.fit`` on the config (its callbacks kept: evaluation, emb
 run as a user's run has them; the logger writes to a temporary folder) for ``warmup_batches + batches`` collected
 batches, in its own spawned process; the first ``warmup_batches`` are not timed (CUDA start, compilation). A run
 is ``cpu`` (``--trainer.accelerator=cpu``), ``gpu`` (``--trainer.accelerator=gpu``) or ``gpu:<mode>`` (GPU with
-``model.compile=true`` and ``model.compile_mode=<mode>``).
+``model.compile=true`` and ``model.compile_mode=<mode>``), each optionally followed by ``+compile_policy`` and/or
+``+cudagraph_policy`` (those ``data`` options set: TorchRL's collector compiles the policy or replays it as a CUDA
+graph).
 
 Host synchronisations are counted on the GPU with ``torch.cuda.set_sync_debug_mode("warn")`` over the timed
 batches, apart for the training steps (between Lightning's batch start and end hooks: the updates, and the
@@ -90,6 +92,7 @@ def run(config: str, run_name: str, batches: int, warmup_batches: int) -> dict:
 
     from benchmarks.fit_timing import timed_fit
 
+    run_name, *policy_options = run_name.split("+")
     device, _, mode = run_name.partition(":")
     with open(config) as f:
         data = yaml.safe_load(f)["data"]["init_args"]
@@ -101,6 +104,7 @@ def run(config: str, run_name: str, batches: int, warmup_batches: int) -> dict:
                 f"--trainer.logger.init_args.save_dir={tmp}"]
         if mode:
             args += ["--model.init_args.compile=true", f"--model.init_args.compile_mode={mode}"]
+        args += [f"--data.init_args.{option}=true" for option in policy_options]
         sys.argv = sys.argv[:1]
         timing, _ = timed_fit(args, warmup_batches, [counter])
     updates = max(counter.updates, 1)

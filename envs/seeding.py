@@ -14,6 +14,7 @@ from torchrl.data import Unbounded
 from torchrl.envs import EnvBase
 
 from envs import rng
+from envs.checks import Checks
 from envs.episodes import masked_uniform
 
 
@@ -49,6 +50,10 @@ class RowSeededEnv(EnvBase):
     ``episode_reward`` in its reset and step outputs (its spec from :meth:`add_episode_reward_spec`), and
     :meth:`rand_action` draws from the input's ``action_mask``.
 
+    Its :attr:`checks` (:class:`envs.checks.Checks`) are deferred on every device but the CPU; :meth:`any_done`
+    reads them with the done flags in one host transfer per step (TorchRL's ``any_done`` and ``maybe_reset`` read
+    the done flags twice).
+
     Args:
         num_envs: B, the batch size. device: torch device of the env.
 
@@ -61,6 +66,7 @@ class RowSeededEnv(EnvBase):
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         super().__init__(device=device, batch_size=torch.Size([num_envs]))
         self._returns: Tensor | None = None  # episode_returns: made on first use, in the reward spec's shape
+        self.checks = Checks(defer=self.device.type != "cpu")
 
     def _set_seed(self, seed: int | None) -> None:
         seed = 0 if seed is None else int(seed)
@@ -81,6 +87,7 @@ class RowSeededEnv(EnvBase):
     def start_episodes(self, tensordict: TensorDictBase | None) -> NewEpisodes:
         """The rows a ``_reset`` call starts (those flagged by ``_reset``, or all rows), with their episode
         indices and keys; advances those rows' episode counters."""
+        self.checks.read()
         b = self.batch_size[0]
         rows = tensordict.get("_reset", None) if tensordict is not None else None
         rows = torch.ones(b, dtype=torch.bool, device=self.device) if rows is None else rows.reshape(b)
@@ -90,6 +97,23 @@ class RowSeededEnv(EnvBase):
         self.episode = self.episode + rows
         self._returns = self.episode_returns().index_fill(0, index, 0)  # (a new tensor: handed-out ones never change)
         return NewEpisodes(rows, index, episode, keys)
+
+    def any_done(self, tensordict: TensorDictBase) -> bool:
+        """TorchRL's ``EnvBase.any_done`` (whether a row of the ``next`` ``tensordict`` is done, writing ``_reset``
+        there if so) in one host read, which also reads the deferred :attr:`checks`. TorchRL's returns a device
+        tensor that ``maybe_reset`` reads a second time.
+
+        Raises:
+            Exception: a deferred check's error (:meth:`envs.checks.Checks.read`).
+        """
+        if not self._simple_done:
+            self.checks.read()
+            return super().any_done(tensordict)
+        done = tensordict._get_str("done", default=None)  # (TorchRL's own calls, without key parsing)
+        if not self.checks.read(None if done is None else done.any()):
+            return False
+        tensordict._set_str("_reset", done.clone(), validated=True, inplace=False, non_blocking=False)
+        return True
 
     @property
     def base_env(self) -> RowSeededEnv:

@@ -123,6 +123,7 @@ class FitCLI(LightningCLI):
         """
         try:
             super().instantiate_classes()
+            self.datamodule.check_device(self.datamodule.device or self.trainer.strategy.root_device)
         except Exception as err:
             rejected = config_error(err)
             if rejected is None:

@@ -17,6 +17,7 @@ from tensordict import TensorDict
 from torch import Tensor
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 
+from envs.checks import rows_of
 from envs.dvrp.customers import acceptance_log_prob
 from envs.dvrp.generator import type_posterior
 from envs.dvrp.neural_oracle import NeuralOracle
@@ -112,6 +113,7 @@ class DVRPEnv(RowSeededEnv):
                                                    num_augment=config.oracle_augment)
         else:
             self.oracle = InsertionOracle(b, m, n, device=dev, dtype=self.dtype)
+        self.oracle.checks = self.checks  # deferred with the env's (no host read per step on a GPU)
         self.type_mix = torch.tensor(config.type_mix, dtype=torch.float32, device=dev)
         self.row_seed = torch.zeros(b, dtype=torch.long, device=dev)
         self.episode = torch.zeros(b, dtype=torch.long, device=dev)
@@ -230,13 +232,12 @@ class DVRPEnv(RowSeededEnv):
     def _step(self, tensordict: TensorDict) -> TensorDict:
         b, n, w = self.batch_size[0], self.config.num_customers, self.num_windows
         action = tensordict["action"].reshape(b)
-        if not bool(self.mask.gather(1, action.unsqueeze(-1)).all()):
-            bad = (~self.mask.gather(1, action.unsqueeze(-1)).squeeze(-1)).nonzero().squeeze(-1)[:5].tolist()
-            raise ValueError(f"action violates action_mask in rows {bad}: only offers with a feasible window "
-                             f"(and reject, index {self.num_actions - 1}) are allowed")
-        if int(self.t.max()) >= n:
-            raise RuntimeError("step() on a finished episode: reset the done rows first")
-        flat = self._row + self.t
+        self.checks("action_mask", ~self.mask.gather(1, action.unsqueeze(-1)).squeeze(-1), lambda bad: ValueError(
+            f"action violates action_mask in rows {rows_of(bad)}: only offers with a feasible window "
+            f"(and reject, index {self.num_actions - 1}) are allowed"))
+        self.checks("finished", self.t >= n, lambda bad: RuntimeError(
+            f"step() on a finished episode in rows {rows_of(bad)}: reset the done rows first"))
+        flat = self._row + self.t.clamp_max(n - 1)  # in range under deferred checks too (the error comes at the read)
         accept = self._need.index_select(0, action) <= self.kind.view(-1).index_select(0, flat)
         offered = action < w
         window = action.clamp_max(w - 1)

@@ -23,6 +23,7 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from envs.checks import Checks, rows_of
 from envs.dvrp.oracle import CostOracle, Quote, schedule
 from envs.routing.construction import default_margin
 from envs.routing.problem import make_problem
@@ -100,6 +101,7 @@ class NeuralOracle(CostOracle):
         self.plan_cost = torch.zeros(b, **full)
         self._vehicles: tuple[Tensor, Tensor, Tensor] | None = None
         self._quoted: dict = {}
+        self.checks = Checks()
 
     def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor) -> None:
         dtype = self.xy.dtype
@@ -151,8 +153,9 @@ class NeuralOracle(CostOracle):
         q = self._quoted
         b = window.shape[0]
         ok = q["feasible"].gather(1, window.unsqueeze(-1)).squeeze(-1)
-        if bool((accept & ~ok).any()):  # checked before any state changes: the plan stays as it was
-            raise ValueError("commit: an accepted window has no feasible plan (it was not quoted feasible)")
+        # checked before any state changes (the plan stays as it was), or deferred
+        self.checks("commit", accept & ~ok, lambda bad: ValueError(
+            f"commit: an accepted window has no feasible plan in rows {rows_of(bad)} (it was not quoted feasible)"))
         routes = q["routes"][torch.arange(b, device=window.device), window]  # [B, M, N]
         cost = q["cost"].gather(1, window.unsqueeze(-1)).squeeze(-1)
         increase = torch.where(accept, cost - self.plan_cost, 0.0)

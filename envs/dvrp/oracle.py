@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from envs.checks import Checks, rows_of
+
 _PAD_DUE = 1.0e6  # due time of padding positions past a route's end depot (never binding)
 _BIG = 1.0e15  # penalty per time unit of window violation in the vectorised feasibility test
 _FEASIBLE = 1.0e6  # a penalised insertion cost below this (km) is feasible
@@ -39,7 +41,14 @@ class Quote:
 
 
 class CostOracle(ABC):
-    """Interface between the DVRP env and a routing method. All tensors carry the batch ``B`` first."""
+    """Interface between the DVRP env and a routing method. All tensors carry the batch ``B`` first.
+
+    Attributes:
+        checks: its invariant checks (:class:`envs.checks.Checks`): at once by default; the env hands the
+            oracle its own, deferred on a GPU.
+    """
+
+    checks: Checks
 
     @abstractmethod
     def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor) -> None:
@@ -203,6 +212,7 @@ class InsertionOracle(CostOracle):
         self.capacity = torch.zeros(b, device=device, dtype=dtype)
         self.plan_cost = torch.zeros(b, device=device, dtype=dtype)
         self._quoted: dict = {}
+        self.checks = Checks()
 
     def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor) -> None:
         dtype, length, b = self.plan.dtype, self.plan.shape[1], self.plan.shape[-1]
@@ -223,7 +233,9 @@ class InsertionOracle(CostOracle):
         dtype = self.plan.dtype
         x, y = xy[:, 0].to(dtype), xy[:, 1].to(dtype)
         service, demand = service.to(dtype), demand.to(dtype)
-        span = int(self.length.max()) + 2  # positions in use; edges are (i, i + 1) for i < span - 1
+        # positions in use (edges are (i, i + 1) for i < span - 1); all of them under deferred checks (a GPU):
+        # the same prices (edges past a route's end are masked), with no host read of the longest route
+        span = self.plan.shape[1] if self.checks.defer else int(self.length.max()) + 2
         windows = windows.to(dtype)
         delta, arrive, bound, best = price(self.plan[:, :span], self.length, self.load, self.capacity, x, y,
                                            service, demand, windows.permute(2, 1, 0).contiguous(), self.margin)
@@ -241,8 +253,10 @@ class InsertionOracle(CostOracle):
         new, length, load, increase, bad = insert(
             self.plan[:, :span], self.length, self.load, q["delta"], q["arrive"], q["bound"], win, accept,
             q["column"], q["demand"])
-        if bool(bad.any()):  # checked before any state changes: the plan stays as it was
-            raise ValueError("commit: an accepted window has no feasible insertion (it was not quoted feasible)")
+        # checked before any state changes (the plan stays as it was), or deferred
+        self.checks("commit", bad, lambda bad: ValueError(
+            f"commit: an accepted window has no feasible insertion in rows {rows_of(bad)} (it was not quoted "
+            "feasible)"))
         self.plan[:, :span] = new
         self.length, self.load = length, load
         self.plan_cost = self.plan_cost + increase

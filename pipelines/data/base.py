@@ -66,18 +66,23 @@ class RLDataModule(L.LightningDataModule):
         ray: with ``collector: ray``, the cluster address, CPUs per actor and restarts
             (:class:`~pipelines.data.ray_collector.RayOptions`; null: a local Ray instance, 1 CPU per actor, no
             restarts).
+        compile_policy: run the collector's policy through ``torch.compile`` (TorchRL's ``Collector`` option of
+            that name; in-process envs only, ``workers: 0``). The update's own option is ``model.compile``.
+        cudagraph_policy: replay the collector's policy as a CUDA graph (TorchRL's ``Collector`` option of that
+            name: tensordict's ``CudaGraphModule``; in-process envs on a CUDA device only).
 
     Raises:
         ValueError: a non-positive size, ``frames_per_batch`` not a multiple of ``num_envs``, ``workers``
             not dividing ``num_envs``, ``collector: async`` or ``ray`` without workers, ``collector: ray`` without
             Ray installed (the message gives the install command), or ``ray`` options with another collector (the
-            message names the keys).
+            message names the keys); ``compile_policy`` or ``cudagraph_policy`` with workers, and at set-up
+            ``cudagraph_policy`` on a device other than CUDA.
     """
 
     def __init__(self, env: EnvConfig, num_envs: PositiveInt = 64, frames_per_batch: PositiveInt = 1920,
                  total_frames: PositiveInt = 1_000_000, seed: int | None = None, device: str | None = None, workers: int = 0,
                  worker_timeout_s: PositiveFloat = 300.0, collector: Literal["sync", "async", "ray"] = "sync",
-                 ray: RayOptions | None = None) -> None:
+                 ray: RayOptions | None = None, compile_policy: bool = False, cudagraph_policy: bool = False) -> None:
         super().__init__()
         check(collector in ("sync", "async", "ray"),
               f"data.collector={collector!r} is not allowed: one of sync, async, ray")
@@ -96,6 +101,9 @@ class RLDataModule(L.LightningDataModule):
         check(frames_per_batch % num_envs == 0, f"data.frames_per_batch={frames_per_batch} must be a multiple "
                                                 f"of data.num_envs={num_envs} (T = frames_per_batch / num_envs)")
         check(worker_timeout_s > 0, f"data.worker_timeout_s must be > 0, got {worker_timeout_s}")
+        for key, value in (("compile_policy", compile_policy), ("cudagraph_policy", cudagraph_policy)):
+            check(not value or workers == 0, f"data.{key}=true needs in-process envs (data.workers: 0, got "
+                                             f"{workers}): it applies to the in-process collector's policy")
         attach_env_models(env)
         self.env_config = env
         self.num_envs = int(num_envs)  # plain ints: jsonargparse types would reach the checkpoint
@@ -107,6 +115,8 @@ class RLDataModule(L.LightningDataModule):
         self.worker_timeout_s = float(worker_timeout_s)
         self.asynchronous = collector == "async"
         self.ray = (ray or RayOptions()) if collector == "ray" else None
+        self.policy_options = {key: True for key, value in (("compile_policy", compile_policy),
+                                                             ("cudagraph_policy", cudagraph_policy)) if value}
         self.env: EnvBase | None = None
         self.control: EnvControl | None = None
         self.self_play: bool | None = None  # None: no callbacks.SelfPlay in the run (see set_self_play)
@@ -128,8 +138,19 @@ class RLDataModule(L.LightningDataModule):
         if self.device is None:
             self.device = str(self.trainer.strategy.root_device) if self.trainer is not None else "cpu"
 
+    def check_device(self, device: str | torch.device) -> None:
+        """Refuse options that the device the env will run on cannot take (``pipelines.fit`` calls this before
+        anything is written; :meth:`setup` again).
+
+        Raises:
+            ValueError: ``cudagraph_policy`` on a device other than CUDA.
+        """
+        check("cudagraph_policy" not in self.policy_options or torch.device(device).type == "cuda",
+              f"data.cudagraph_policy=true needs a CUDA device (--trainer.accelerator=gpu), got {device}")
+
     def setup(self, stage: str) -> None:
         self.resolve_device()
+        self.check_device(self.device)
         if self.env is None:
             self.env = make_env(self.env_config, self.num_envs, self.first_seed, self.device)
             self.control = EnvControl(self.env, self.workers)
@@ -232,7 +253,7 @@ class RLDataModule(L.LightningDataModule):
                 self.control.connect(self._collector)
             else:
                 self._collector = local_collector(self.env, policy, self.frames_per_batch,
-                                                  **self._collector_options())
+                                                  **self.policy_options, **self._collector_options())
         return self._collector
 
     def _collector_options(self) -> dict:

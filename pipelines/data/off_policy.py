@@ -74,9 +74,10 @@ class OffPolicyDataModule(RLDataModule):
                  prioritized: bool = False, priority_alpha: float = 0.6, priority_beta: float = 0.4,
                  seed: int | None = None,
                  device: str | None = None, workers: int = 0, worker_timeout_s: PositiveFloat = 300.0,
-                 collector: Literal["sync", "async", "ray"] = "sync", ray: RayOptions | None = None) -> None:
+                 collector: Literal["sync", "async", "ray"] = "sync", ray: RayOptions | None = None,
+                 compile_policy: bool = False, cudagraph_policy: bool = False) -> None:
         super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device, workers, worker_timeout_s,
-                         collector, ray)
+                         collector, ray, compile_policy, cudagraph_policy)
         check(collector != "async" or workers == 1,
               f"data.collector=async needs data.workers=1 here, got {workers}: the replay buffer stores every env "
               "row's steps in order, and with several workers an asynchronous batch holds one worker's rows (use "

@@ -31,9 +31,10 @@ class OnPolicyDataModule(RLDataModule):
                  total_frames: PositiveInt = 1_000_000, ppo_epochs: PositiveInt = 4,
                  mini_batch_size: PositiveInt = 480, seed: int | None = None, device: str | None = None, workers: int = 0,
                  worker_timeout_s: PositiveFloat = 300.0,
-                 collector: Literal["sync", "async", "ray"] = "sync", ray: RayOptions | None = None) -> None:
+                 collector: Literal["sync", "async", "ray"] = "sync", ray: RayOptions | None = None,
+                 compile_policy: bool = False, cudagraph_policy: bool = False) -> None:
         super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device, workers, worker_timeout_s,
-                         collector, ray)
+                         collector, ray, compile_policy, cudagraph_policy)
         check(ppo_epochs >= 1, f"data.ppo_epochs must be >= 1, got {ppo_epochs}")
         check(mini_batch_size >= 1 and frames_per_batch % mini_batch_size == 0,
               f"data.frames_per_batch={frames_per_batch} must be a multiple of data.mini_batch_size={mini_batch_size}")

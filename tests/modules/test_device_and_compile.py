@@ -1,7 +1,8 @@
 """The GPU path's set-up and the compile options, checked on a CPU machine: networks are shaped on the CPU even when
 Lightning's ``configure_model`` runs with another default device (as on ``--trainer.accelerator=gpu``), the env
 specs are CPU specs whatever the env's device, ``model.compile`` gives the same loss and gradients as the eager
-update, and bad compile settings are refused at construction."""
+update, ``data.compile_policy`` gives the eager policy's values, and bad compile settings are refused at
+construction."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from tensordict import TensorDict
 from torchrl.data import Binary, Bounded, Categorical, Composite, Unbounded
 
 from envs import EnvSpecs
+from envs.gym import GymConfig
 from modules.dqn import DQNModule, QNetwork
 from modules.sac import SACModule, SACNetworks
+from pipelines.data import OffPolicyDataModule
 
 
 def _specs(action_spec, width: int) -> EnvSpecs:
@@ -84,3 +87,38 @@ def test_compiled_update_gives_the_eager_loss_and_gradients_on_cpu():
 def test_bad_compile_settings_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         DQNModule(QNetwork(2), **kwargs)
+
+
+def test_compiled_collector_policy_gives_the_eager_values_on_cpu():
+    """``data.compile_policy: true`` on a CPU machine is harmless: TorchRL's collector runs the policy through
+    ``torch.compile``, and the greedy actions it took on the collected observations are the eager network's."""
+    torch.manual_seed(0)
+    data = OffPolicyDataModule(GymConfig(env_id="CartPole-v1"), num_envs=2, frames_per_batch=16, init_random_frames=0,
+                               device="cpu", compile_policy=True)
+    module = DQNModule(QNetwork(2, (32,)), epsilon=0.0)
+    module.build(Categorical(2), TensorDict(observation=torch.zeros(2, 4), batch_size=[2]))
+    with torch.no_grad():  # Q = relu(+-(pole angle + angular velocity)): both actions come up
+        for p in module.network.parameters():
+            p.zero_()
+        module.network.trunk[0].weight[:2, 2:] = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
+        module.network.advantage.weight[:, :2] = torch.eye(2)
+    data.trainer = SimpleNamespace(lightning_module=module, global_rank=0, world_size=1)
+    data.setup("fit")
+    try:
+        collector = data.collector()
+        batch = next(iter(collector))
+        assert collector.compiled_policy and not collector.cudagraphed_policy
+        with torch.no_grad():
+            greedy = module.network(batch["observation"]).argmax(-1)
+        assert torch.equal(batch["action"], greedy) and len(greedy.unique()) == 2
+    finally:
+        data.shutdown_collector()
+
+
+def test_collector_policy_options_are_refused_where_they_cannot_apply():
+    with pytest.raises(ValueError, match=r"data\.compile_policy=true needs in-process envs \(data\.workers: 0"):
+        OffPolicyDataModule(GymConfig(env_id="CartPole-v1"), num_envs=2, workers=2, compile_policy=True)
+    data = OffPolicyDataModule(GymConfig(env_id="CartPole-v1"), num_envs=2, cudagraph_policy=True)
+    with pytest.raises(ValueError, match=r"data\.cudagraph_policy=true needs a CUDA device .* got cpu"):
+        data.check_device("cpu")
+    data.check_device("cuda:0")  # (checked, not used: no CUDA needed)
