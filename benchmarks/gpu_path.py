@@ -2,7 +2,7 @@
 same config on the CPU, and the host synchronisations each update and each collected batch costs.
 
     python benchmarks/gpu_path.py [--config configs/dvrp.yaml] [--batches 12] [--warmup_batches 3]
-        [--runs cpu gpu gpu:default gpu:reduce-overhead]
+        [--runs cpu gpu gpu:default gpu:reduce-overhead] [--extra=--data.init_args.init_random_frames=1024 ...]
 
 Each run is ``pipelines.fit`` on the config (its callbacks kept: evaluation, embedding updates and checkpoints
 run as a user's run has them; the logger writes to a temporary folder) for ``warmup_batches + batches`` collected
@@ -85,7 +85,7 @@ def _sync_counter():
     return SyncCounter
 
 
-def run(config: str, run_name: str, batches: int, warmup_batches: int) -> dict:
+def run(config: str, run_name: str, batches: int, warmup_batches: int, extra: list[str]) -> dict:
     """One timed fit in this (spawned) process."""
     import torch
     import yaml
@@ -104,7 +104,7 @@ def run(config: str, run_name: str, batches: int, warmup_batches: int) -> dict:
                 f"--trainer.logger.init_args.save_dir={tmp}"]
         if mode:
             args += ["--model.init_args.compile=true", f"--model.init_args.compile_mode={mode}"]
-        args += [f"--data.init_args.{option}=true" for option in policy_options]
+        args += [f"--data.init_args.{option}=true" for option in policy_options] + extra
         sys.argv = sys.argv[:1]
         timing, _ = timed_fit(args, warmup_batches, [counter])
     updates = max(counter.updates, 1)
@@ -123,10 +123,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=12, help="timed collected batches per run")
     parser.add_argument("--warmup_batches", type=int, default=3, help="untimed batches first (start, compilation)")
     parser.add_argument("--runs", nargs="+", default=["cpu", "gpu", "gpu:default", "gpu:reduce-overhead"])
+    parser.add_argument("--extra", nargs="*", default=[], help="more pipelines.fit arguments for every run, e.g. "
+                        "--extra=--data.init_args.init_random_frames=1024")
     args = parser.parse_args()
     import torch
 
-    result: dict = {"config": os.path.relpath(os.path.abspath(args.config), ROOT), "batches": args.batches,
+    result: dict = {"config": os.path.relpath(os.path.abspath(args.config), ROOT), "extra": args.extra,
+                    "batches": args.batches,
                     "warmup_batches": args.warmup_batches,
                     "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                                 "torch": torch.__version__,
@@ -135,7 +138,8 @@ def main() -> None:
         print(f"{name}: fitting {args.config} ...", file=sys.stderr, flush=True)
         try:
             with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-                result[name] = pool.submit(run, args.config, name, args.batches, args.warmup_batches).result()
+                result[name] = pool.submit(run, args.config, name, args.batches, args.warmup_batches,
+                                               args.extra).result()
         except Exception as error:  # one failing run (e.g. a compile error) does not lose the others' figures
             remote = getattr(error.__cause__, "tb", "")  # the run's own traceback (concurrent.futures keeps it)
             result[name] = {"error": f"{type(error).__name__}: {error}", "traceback": remote[-3000:]}
