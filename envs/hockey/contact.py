@@ -126,7 +126,8 @@ def sweep(ax: Tensor, ay: Tensor, dx: Tensor, dy: Tensor) -> tuple[Tensor, Tenso
     return touch, time, torch.where(inside, start_nx, hit_nx), torch.where(inside, start_ny, hit_ny)
 
 
-def sweep_near(ax: Tensor, ay: Tensor, dx: Tensor, dy: Tensor, also: Tensor | None = None) -> tuple[Tensor, ...]:
+def sweep_near(ax: Tensor, ay: Tensor, dx: Tensor, dy: Tensor, also: Tensor | None = None,
+               select: bool | None = None) -> tuple[Tensor, ...]:
     """:func:`sweep` on the elements whose path passes within reach of the racket (or flagged in ``also``), the
     others set to no touch (time 1, normal 0): the same result, at the cost of a path-to-origin distance for
     most elements (a puck is near a racket in a small share of the steps).
@@ -134,6 +135,8 @@ def sweep_near(ax: Tensor, ay: Tensor, dx: Tensor, dy: Tensor, also: Tensor | No
     Args:
         ax, ay, dx, dy: as :func:`sweep`, one shape ``S``.
         also: bool ``S``, elements to test whatever their distance, or None.
+        select: sweep only the near elements, picked out with ``nonzero`` (a host read: a GPU stream waits for
+            it), or sweep all and keep the near ones' answers; default: select on a CPU only.
     """
     dd = (dx * dx + dy * dy).clamp_min(1e-12)
     along = (-(ax * dx + ay * dy) / dd).clamp(0.0, 1.0)
@@ -141,6 +144,9 @@ def sweep_near(ax: Tensor, ay: Tensor, dx: Tensor, dy: Tensor, also: Tensor | No
     near = cx * cx + cy * cy < _REACH**2
     if also is not None:
         near = near | also
+    if not (ax.device.type == "cpu" if select is None else select):
+        touch, time, nx, ny = sweep(ax, ay, dx, dy)
+        return (touch & near, torch.where(near, time, 1.0), torch.where(near, nx, 0.0), torch.where(near, ny, 0.0))
     flat = near.reshape(-1).nonzero().squeeze(-1)
     touch = torch.zeros(ax.numel(), dtype=torch.bool, device=ax.device)
     time, nx, ny = torch.ones(ax.numel(), device=ax.device), torch.zeros(ax.numel(), device=ax.device), torch.zeros(ax.numel(), device=ax.device)

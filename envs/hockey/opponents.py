@@ -11,7 +11,7 @@ from torch import Tensor
 
 from envs.hockey.constants import MAX_ANGLE, OPPONENT_GAINS, PHASE_STEP_MAX, SCALE
 
-_BRAKE = torch.tensor([[0.1], [0.1], [1.0]])  # BasicOpponent's time_to_break per coordinate
+_BRAKE_XY, _BRAKE_ANGLE = 0.1, 1.0  # BasicOpponent's time_to_break per coordinate (x, y; angle)
 
 
 def scripted_rows(obs: Tensor, gain: Tensor, phase: Tensor, shoot_ok: Tensor | bool) -> Tensor:
@@ -27,7 +27,8 @@ def scripted_rows(obs: Tensor, gain: Tensor, phase: Tensor, shoot_ok: Tensor | b
     target_y = torch.where(kick, puck_y + puck_vy * dist * 0.1, torch.where(slow, puck_y, 0.0))
     error = torch.stack([target_x - x, target_y - y, MAX_ANGLE * torch.sin(phase) - obs[2]])
     velocity = obs[3:6]
-    need_break = ((error / (velocity + 0.01)).abs() < _BRAKE.to(obs.device)).float()
+    time_to_target = (error / (velocity + 0.01)).abs()  # (compared with numbers: no constant copied to a GPU)
+    need_break = torch.cat([time_to_target[:2] < _BRAKE_XY, time_to_target[2:] < _BRAKE_ANGLE]).float()
     action = (error * gain - velocity * need_break * (gain > 0) * 0.5).clamp(-1.0, 1.0)
     hold = obs[16]
     shoot = ((hold > 0) & (hold < 7) & shoot_ok).float()

@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+import envs.hockey.env as hockey_env
 from envs.hockey import HockeyConfig
 from envs.hockey.constants import MAX_ANGLE, MAX_TIME_KEEP_PUCK, SHOT_SPEED
 from envs.hockey.contact import ROUNDING, distance_to_racket, sweep, sweep_near
@@ -109,3 +110,30 @@ def test_sweep_agrees_with_dense_sampling():
     near = sweep_near(a[:, 0], a[:, 1], d[:, 0], d[:, 1])
     assert torch.equal(near[0], touch) and torch.equal(near[1], when)
     assert torch.equal(near[2][touch], nx[touch]) and torch.equal(near[3][touch], ny[touch])
+
+
+def test_sweeping_all_elements_gives_the_selected_sweep(monkeypatch):
+    """``sweep_near(select=False)``, what a GPU runs (no ``nonzero``, no host read), answers as the CPU's selected
+    sweep: on random paths with ``also`` flags, and over whole episodes of shots at the racket (the env's
+    observations, step by step)."""
+    g = torch.Generator().manual_seed(3)
+    a = (torch.rand(4000, 2, generator=g) * 2 - 1) * 1.2
+    d = (torch.rand(4000, 2, generator=g) * 2 - 1) * 1.5
+    also = torch.rand(4000, generator=g) < 0.05
+    selected = sweep_near(a[:, 0], a[:, 1], d[:, 0], d[:, 1], also, select=True)
+    dense = sweep_near(a[:, 0], a[:, 1], d[:, 0], d[:, 1], also, select=False)
+    assert selected[0].any() and not selected[0].all()
+    for s, t in zip(selected, dense, strict=True):
+        assert torch.equal(s, t)
+    obs, _ = random_shots(True, seed=2)
+    runs = []
+    for select in (True, False):
+        monkeypatch.setattr(hockey_env, "sweep_near", lambda *args, _s=select: sweep_near(*args, select=_s))
+        env = HockeyConfig(mode="NORMAL", opponent="weak", w_closeness=0.0).make(obs.shape[0], 0)
+        td, seen = env.force_state(obs), []
+        for _ in range(8):
+            td["action"] = torch.zeros(obs.shape[0], 4)
+            td = env.step(td)["next"]
+            seen.append(td["observation"].clone())
+        runs.append(torch.stack(seen))
+    assert torch.equal(runs[0], runs[1])
