@@ -13,13 +13,13 @@ class Checks:
     the episode's end, an insertion that was not quoted feasible.
 
     Reading a flag from the device is a host synchronisation, which on a GPU stalls the stream: four of them
-    per step of the DVRP env (2026-11-25). With ``defer`` set (the envs set it on every device but the CPU), a
-    check ORs its flags on the device and :meth:`read` reads every pending check in one transfer, together with a
-    flag the caller needs anyway: the env's done flags, once per ``step_and_maybe_reset``
-    (:meth:`envs.seeding.RowSeededEnv.any_done`), and its resets. The error is then raised after the faulty
-    step has run, inside the same ``step_and_maybe_reset`` call, so a collector never returns its data; the env's
-    state is broken by then, as the run stops anyway. Without ``defer`` the check raises before the step
-    changes anything.
+    per step of the DVRP env (counted on an H200, 2026-11-26). With ``defer`` set (the envs set it on every device
+    but the CPU), a check ORs its flags on the device and :meth:`read` reads every pending check in one transfer,
+    together with a flag the caller needs anyway: the env's done flags, once per ``step_and_maybe_reset``
+    (:meth:`envs.seeding.RowSeededEnv.any_done`), and its resets. The error is then raised after the faulty step
+    has run, inside the same ``step_and_maybe_reset`` call, so a collector never returns its data; the env's state
+    is broken by then, as the run stops anyway. Without ``defer`` the check raises before the step changes
+    anything.
 
     Args:
         defer: OR the flags on the device and raise at :meth:`read` (else: raise at once).
