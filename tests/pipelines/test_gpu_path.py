@@ -1,8 +1,8 @@
 """The GPU path (marked ``gpu``; skipped without CUDA): ``--trainer.accelerator=gpu`` trains each algorithm with its
 env, networks and replay on the device, and an update never waits for the host: every ``training_step`` runs under
-``torch.cuda.set_sync_debug_mode("error")``, which raises at the first host synchronisation. (Not SAC: TorchRL's
-``TanhNormal`` checks its bounds with one host read per distribution it builds, two per eager update; it skips the
-check under ``torch.compile``, ``model.compile: true``.)"""
+``torch.cuda.set_sync_debug_mode("error")``, which raises at the first host synchronisation. (Not SAC yet: its
+update no longer builds TorchRL's ``TanhNormal``, whose bound check read the host twice per update, but the hockey
+SAC run on an H200 still counted one host read per training step, at a site not yet traced.)"""
 
 from __future__ import annotations
 
