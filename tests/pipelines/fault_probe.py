@@ -85,3 +85,13 @@ class KillAt(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step >= self.step:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class CountBackward(L.Callback):
+    """Counts Lightning's ``on_after_backward`` calls in ``calls`` (a callback with a backward hook: the updates go
+    through Lightning's ``manual_backward``)."""
+
+    calls = 0
+
+    def on_after_backward(self, trainer, pl_module) -> None:
+        type(self).calls += 1

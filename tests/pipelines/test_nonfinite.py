@@ -100,3 +100,27 @@ def test_no_best_checkpoint_with_nonfinite_weights(tmp_path, monkeypatch):
     monkeypatch.setattr(callback, "evaluate", lambda trainer, pl_module: {"eval/episode_return": 20.0})
     callback._evaluate_and_keep_best(trainer, module)
     assert len(saved) == 1 and callback.best == 10.0
+
+
+def test_the_update_skips_lightning_only_where_lightning_would_add_nothing(tmp_path):
+    """With no backward or optimiser-step hook in the run the update calls torch's backward and step itself
+    (``direct_update``); a callback with ``on_after_backward`` sends every update through Lightning (the hook is
+    called once per optimiser step). Both runs count the same optimiser steps and end with the same weights."""
+    from tests.pipelines.fault_probe import CountBackward
+
+    def run(out, *extra):
+        return main(["--config", CARTPOLE, "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
+                     "--trainer.enable_checkpointing=false", "--data.init_args.init_random_frames=256",
+                     "--data.init_args.num_envs=4", "--data.init_args.frames_per_batch=64",
+                     "--data.init_args.batch_size=32", "--data.init_args.utd_ratio=2",
+                     "--data.init_args.total_frames=2048", "--model.init_args.network.init_args.hidden_dims=[32, 32]",
+                     f"--trainer.logger.init_args.save_dir={out}", *extra])
+
+    plain = run(tmp_path / "plain")
+    CountBackward.calls = 0
+    hooked = run(tmp_path / "hooked", "--trainer.callbacks+=tests.pipelines.fault_probe.CountBackward")
+    assert plain.model.direct_update() and not hooked.model.direct_update()
+    steps = hooked.trainer.global_step
+    assert steps == plain.trainer.global_step > 0 and CountBackward.calls == steps
+    ours, theirs = plain.model.network.state_dict(), hooked.model.network.state_dict()
+    assert all(torch.equal(v, theirs[k]) for k, v in ours.items())
