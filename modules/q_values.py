@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.objectives.utils import distance_loss
 
+from envs.episodes import masked_uniform
 from modules.target import td0_target, weighted_mean
 
 
@@ -59,7 +60,7 @@ class EpsilonGreedyQPolicy(nn.Module):
         if mask is None:
             random = torch.randint(values.shape[-1], action.shape, device=action.device)
         else:  # uniform over the allowed actions of each entry
-            random = torch.multinomial(mask.reshape(-1, mask.shape[-1]).float(), 1).reshape(action.shape)
+            random = masked_uniform(mask)
         return torch.where(explore, random, action)
 
 

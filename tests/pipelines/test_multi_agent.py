@@ -10,6 +10,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import Categorical, LazyTensorStorage, TensorDictReplayBuffer
 
+from envs.episodes import masked_uniform
 from modules.dqn import DQNModule, MultiAgentQNetwork
 from pipelines.data.replay import split_agents
 from pipelines.evaluate import play
@@ -99,8 +100,7 @@ def test_independent_networks_route_rows_and_all_train_on_every_batch():
 
 
 def _random_policy(td: TensorDict) -> TensorDict:
-    mask = td["action_mask"]
-    td["action"] = torch.multinomial(mask.float().reshape(-1, mask.shape[-1]), 1).reshape(mask.shape[:-1])
+    td["action"] = masked_uniform(td["action_mask"])
     return td
 
 
