@@ -1,9 +1,10 @@
 """Scale-out overhead: frames/s of a DQN config with its envs in the learner's process, in N local worker processes
-(``data.workers: N``) and in N Ray actors on a simulated cluster (``data.collector: ray``, one node per actor,
-``ray.cluster_utils.Cluster``), as ratios against in-process in one run, with each mode's start-up time.
+(``data.workers: N``) and in N Ray actors on a simulated cluster (``data.collector: ray``,
+``ray.cluster_utils.Cluster``: one node per actor, or ``--ray_nodes`` nodes, 1 being Ray as started on one machine,
+with one raylet), as ratios against in-process in one run, with each mode's start-up time.
 
     python benchmarks/scale_out.py [--configs cartpole hockey] [--workers 2] [--frames_per_batch 1024]
-        [--batches 40] [--warmup_batches 2] [--utd_ratio 4]
+        [--batches 40] [--warmup_batches 2] [--utd_ratio 4] [--ray_nodes N] [--repeats R]
 
 Each mode runs in its own spawned process: ``pipelines.fit`` on the config (no logger, checkpoints or callbacks
 but the epsilon decay) with ``num_envs`` = ``8 * workers`` env rows, ``frames_per_batch`` frames per batch and
@@ -12,8 +13,10 @@ after ``warmup_batches`` untimed ones (``init_random_frames`` is one batch). ``s
 building the run to its first training batch (the actors' start included; the simulated cluster's own start is
 ``cluster_start_s``). The figure to watch on a
 2-core machine, where no speed-up is possible, is the time per frame each mode adds over in-process:
-``overhead_us_per_frame``, and ``ray_over_local_overhead`` (goal <= 1.5 at 1,000+ frames per batch). Prints one
-JSON object (last stdout line). Needs the ray extra (``pip install -e .[ray]``).
+``overhead_us_per_frame``, and ``ray_over_local_overhead`` (goal <= 1.5 at 1,000+ frames per batch). These are
+small differences of large times, so one run's ratio swings: ``--repeats R`` runs the three modes R times in turn and
+reports each mode's median run (:func:`overheads`). Prints one JSON object (last stdout line). Needs the ray
+extra (``pip install -e .[ray]``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ CONFIGS = {"cartpole": os.path.join(ROOT, "configs", "cartpole_dqn.yaml"),
 
 
 def run(config: str, mode: str, workers: int, frames_per_batch: int, batches: int, warmup_batches: int,
-        utd_ratio: int) -> dict:
+        utd_ratio: int, ray_nodes: int | None = None) -> dict:
     """One timed fit in this (spawned) process; ``mode`` is ``inprocess``, ``workers`` or ``ray``."""
     import torch
 
@@ -52,9 +55,11 @@ def run(config: str, mode: str, workers: int, frames_per_batch: int, batches: in
         import ray
         from ray.cluster_utils import Cluster
 
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-        for _ in range(workers - 1):
-            cluster.add_node(num_cpus=1)
+        nodes = ray_nodes or workers  # the actors' CPUs spread over the nodes (one actor per node by default)
+        per_node = [workers // nodes + (i < workers % nodes) for i in range(nodes)]
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": per_node[0]})
+        for cpus in per_node[1:]:
+            cluster.add_node(num_cpus=cpus)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
         cluster_start = time.perf_counter() - start
@@ -85,6 +90,36 @@ def run(config: str, mode: str, workers: int, frames_per_batch: int, batches: in
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+MODES = ("inprocess", "workers", "ray")
+
+
+def overheads(runs: dict[str, list[dict]]) -> dict:
+    """Each mode's median run (by frames/s, the lower middle one for an even count, with every run's
+    ``rounds_frames_per_s``), its ratio and overhead per frame against in-process's median, ``ray_over_local_overhead``
+    of the medians, and ``round_ray_over_local`` (the same ratio within each round: the rounds' spread)."""
+    def median(done: list[dict]) -> dict:
+        best = sorted(done, key=lambda r: r["frames_per_s"])[(len(done) - 1) // 2]
+        return {**best, "rounds_frames_per_s": [r["frames_per_s"] for r in done]}
+
+    def overhead(fps: float, base: float) -> float:
+        return 1e6 / fps - 1e6 / base
+
+    def ratio(ray: float, local: float) -> float | None:
+        return ray / local if local > 0 else None
+
+    modes = {mode: median(done) for mode, done in runs.items()}
+    base = modes["inprocess"]["frames_per_s"]
+    for mode in ("workers", "ray"):
+        modes[mode]["ratio_vs_inprocess"] = modes[mode]["frames_per_s"] / base
+        modes[mode]["overhead_us_per_frame"] = overhead(modes[mode]["frames_per_s"], base)
+    modes["ray_over_local_overhead"] = ratio(modes["ray"]["overhead_us_per_frame"],
+                                             modes["workers"]["overhead_us_per_frame"])
+    modes["round_ray_over_local"] = [
+        ratio(overhead(r["frames_per_s"], i["frames_per_s"]), overhead(w["frames_per_s"], i["frames_per_s"]))
+        for i, w, r in zip(runs["inprocess"], runs["workers"], runs["ray"], strict=True)]
+    return modes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
@@ -93,26 +128,32 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--warmup_batches", type=int, default=2)
     parser.add_argument("--utd_ratio", type=int, default=4)
+    parser.add_argument("--ray_nodes", type=int, default=None,
+                        help="nodes of the simulated Ray cluster (default: one per actor; 1: one node, as `ray start` "
+                             "on one machine, with one raylet)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds of the three modes in turn; each mode's median run is reported (default 1)")
     args = parser.parse_args()
-    result: dict = {"workers": args.workers, "frames_per_batch": args.frames_per_batch, "batches": args.batches,
+    if args.repeats < 1:
+        parser.error(f"--repeats={args.repeats} is not allowed: >= 1")
+    if args.ray_nodes is not None and not 1 <= args.ray_nodes <= args.workers:
+        parser.error(f"--ray_nodes={args.ray_nodes} is not allowed: 1 to --workers={args.workers}")
+    result: dict = {"workers": args.workers, "ray_nodes": args.ray_nodes or args.workers,
+                    "frames_per_batch": args.frames_per_batch, "batches": args.batches, "repeats": args.repeats,
                     "utd_ratio": args.utd_ratio,
                     "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                                 "load_average_1min": os.getloadavg()[0]}}
     for name in args.configs:
-        modes = {}
-        for mode in ("inprocess", "workers", "ray"):
-            print(f"{name} {mode} ...", file=sys.stderr, flush=True)
-            with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-                modes[mode] = pool.submit(run, CONFIGS[name], mode, args.workers, args.frames_per_batch,
-                                          args.batches, args.warmup_batches, args.utd_ratio).result()
-            print(f"{name} {mode}: {json.dumps(modes[mode])}", file=sys.stderr, flush=True)
-        base = 1e6 / modes["inprocess"]["frames_per_s"]
-        for mode in ("workers", "ray"):
-            modes[mode]["ratio_vs_inprocess"] = modes[mode]["frames_per_s"] / modes["inprocess"]["frames_per_s"]
-            modes[mode]["overhead_us_per_frame"] = 1e6 / modes[mode]["frames_per_s"] - base
-        local = modes["workers"]["overhead_us_per_frame"]
-        modes["ray_over_local_overhead"] = modes["ray"]["overhead_us_per_frame"] / local if local > 0 else None
-        result[name] = modes
+        runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
+        for _ in range(args.repeats):  # the modes in turn, so that a drift of the host's speed hits all of them
+            for mode in MODES:
+                print(f"{name} {mode} ...", file=sys.stderr, flush=True)
+                with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+                    runs[mode].append(pool.submit(run, CONFIGS[name], mode, args.workers, args.frames_per_batch,
+                                                  args.batches, args.warmup_batches, args.utd_ratio,
+                                                  args.ray_nodes).result())
+                print(f"{name} {mode}: {json.dumps(runs[mode][-1])}", file=sys.stderr, flush=True)
+        result[name] = overheads(runs)
     print(json.dumps(result))
 
 
