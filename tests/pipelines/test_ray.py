@@ -46,6 +46,32 @@ def test_ray_options_need_the_ray_collector():
         RayOptions(max_restarts=-1)
 
 
+def test_actor_batches_leave_as_one_buffer():
+    """An actor's batches are consolidated (one storage, pickled as one buffer by tensordict's reducer) and carry the
+    same entries as TorchRL's plain collector's on the same seeds."""
+    import pickle
+
+    from tensordict import TensorDict
+    from torchrl.collectors import Collector
+
+    from envs import make_env
+    from envs.gym import GymConfig
+    from pipelines.data.ray_collector import ConsolidatedCollector
+
+    batches = []
+    for cls in (Collector, ConsolidatedCollector):
+        torch.manual_seed(0)
+        env = make_env(GymConfig(env_id="CartPole-v1"), 2, 0)
+        batches.append(cls(env, None, frames_per_batch=64, total_frames=-1, track_traj_ids=False).next())
+    plain, consolidated = batches
+    assert consolidated.is_consolidated() and not plain.is_consolidated()
+    storages = {v.untyped_storage().data_ptr() for v in consolidated.values(True, True)}
+    assert len(storages) == 1
+    received = pickle.loads(pickle.dumps(consolidated))
+    assert isinstance(received, TensorDict) and set(received.keys(True, True)) == set(plain.keys(True, True))
+    assert (received == plain).all()
+
+
 class RayProbe(L.Callback):
     """On every collected batch: the frames' policy versions against the learner's, the actors' nodes and restarts;
     kills actor 0 (``ray.kill``, a restart allowed) after the batches in ``kill_after``."""
