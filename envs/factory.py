@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 from tensordict import TensorDict
-from torchrl.data import TensorSpec
+from torchrl.data import Binary, Bounded, Categorical, MultiCategorical, MultiOneHot, OneHot, TensorSpec
 from torchrl.envs import ActionMask, Compose, EnvBase, RewardSum, TransformedEnv
 
 from envs.config import EnvConfig
@@ -50,24 +50,61 @@ class EnvSpecs:
         agent_action_spec: the action spec of one agent in one env (``action_spec`` for a single agent).
         example_observation: a zero observation ``[B]`` with every action allowed (to shape lazy layers).
         num_agents: R of a multi-agent env, else None.
+        name: what error messages call the env (e.g. ``Acrobot-v1``), or None; not recorded in checkpoints.
     """
 
     action_spec: TensorSpec
     agent_action_spec: TensorSpec
     example_observation: TensorDict
     num_agents: int | None
+    name: str | None = None
 
     @classmethod
-    def of(cls, env: EnvBase, num_agents: int | None = None) -> EnvSpecs:
-        """The specs of ``env`` (built by :func:`make_env`; ``num_agents`` from its config), on the CPU whatever the
-        env's device: networks are shaped there (as from a checkpoint's record) and move with their module."""
+    def of(cls, env: EnvBase, num_agents: int | None = None, name: str | None = None) -> EnvSpecs:
+        """The specs of ``env`` (built by :func:`make_env`; ``num_agents`` from its config; ``name`` for messages), on
+        the CPU whatever the env's device: networks are shaped there (as from a checkpoint's record) and move with
+        their module."""
         spec = env.action_spec_unbatched.cpu()
         observation = env.observation_spec.cpu().zero()
         for key in observation.keys(True, True):
-            name = key[-1] if isinstance(key, tuple) else key
-            if name == "action_mask":
+            if (key[-1] if isinstance(key, tuple) else key) == "action_mask":
                 observation[key] = torch.ones_like(observation[key])
-        return cls(spec, spec[0] if num_agents is not None else spec, observation, num_agents)
+        return cls(spec, spec[0] if num_agents is not None else spec, observation, num_agents, name)
+
+    @property
+    def action_kind(self) -> str:
+        """The kind of one agent's action: ``discrete`` (one integer of n choices: ``Categorical`` of shape ``[]`` or
+        ``OneHot`` ``[n]``), ``multi-discrete`` (several: ``MultiCategorical``, ``MultiOneHot``, ``Binary``, a
+        ``Categorical`` with a shape), ``continuous`` (a float vector: ``Bounded`` or ``Unbounded``) or ``other``."""
+        spec = self.agent_action_spec
+        if isinstance(spec, (MultiCategorical, MultiOneHot, Binary)):
+            return "multi-discrete"
+        if isinstance(spec, Categorical):
+            return "discrete" if spec.shape == () else "multi-discrete"
+        if isinstance(spec, OneHot):
+            return "discrete" if len(spec.shape) == 1 else "multi-discrete"
+        return "continuous" if spec.dtype is not None and spec.dtype.is_floating_point else "other"
+
+    @property
+    def num_actions(self) -> int | None:
+        """n, the choices of one agent's discrete action (:attr:`action_kind` ``discrete``), else None."""
+        return int(self.agent_action_spec.space.n) if self.action_kind == "discrete" else None
+
+    def describe_env(self) -> str:
+        """``the env (<name>)``, or ``the env`` without a name: the subject of error messages."""
+        return f"the env ({self.name})" if self.name else "the env"
+
+    def describe_actions(self) -> str:
+        """One agent's actions in words: ``3 discrete actions``, ``continuous actions [1] (bounded)``, ..."""
+        spec, kind = self.agent_action_spec, self.action_kind
+        if kind == "discrete":
+            return f"{self.num_actions} discrete actions"
+        shape = list(spec.shape)
+        if kind == "continuous":
+            return f"continuous actions {shape} ({'bounded' if isinstance(spec, Bounded) else 'unbounded'})"
+        if kind == "multi-discrete":
+            return f"multi-discrete actions {shape} ({type(spec).__name__})"
+        return f"actions of spec {type(spec).__name__} {shape} {str(spec.dtype).removeprefix('torch.')}"
 
     def record(self) -> dict:
         """These specs as plain data (:mod:`envs.spec_record`; the example observation as a nested dict of tensors),

@@ -112,9 +112,8 @@ class GymConfig(EnvConfig):
             pygame).
 
     Raises:
-        ValueError: an unknown backend, or ``render_mode`` with another backend than ``vector``; gymnasium's
-            error for an unknown ``env_id`` (the env is built
-            once here, before any training).
+        ValueError: an unknown backend, or ``render_mode`` with another backend than ``vector``; an unknown
+            ``env_id`` (gymnasium's message; the env is built once here, before any training).
     """
 
     def __init__(self, env_id: str = "CartPole-v1",
@@ -128,7 +127,10 @@ class GymConfig(EnvConfig):
         self.env_id = env_id
         self.backend = backend
         self.render_mode = render_mode
-        GymEnv(env_id).close()  # fail early on an unknown id
+        try:
+            GymEnv(env_id).close()  # fail early on an unknown id
+        except gym.error.Error as err:  # NameNotFound, VersionNotFound, ... (with gymnasium's "did you mean")
+            raise ValueError(f"env.env_id={env_id!r}: {err}") from None
 
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
         if self.backend == "vector":

@@ -10,6 +10,8 @@ from torch import Tensor, nn
 from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.modules import MaskedCategorical
 
+from modules.compatibility import check_sizes
+
 
 class ActorCriticNetwork(nn.Module):
     """A shared encoder with a policy head and a value head.
@@ -59,36 +61,54 @@ class MLPActorCritic(ActorCriticNetwork):
     Andrychowicz et al. 2021, "What matters in on-policy RL", sec. 3.2).
 
     Args:
-        num_actions: A, the number of discrete actions.
-        hidden_dims: hidden widths of each MLP.
+        num_actions: A, the number of discrete actions; null (the default): the env's (the policy output is built
+            on the env's action spec, :meth:`shape_actions`, so that switching the env is one key).
+        hidden_dims: hidden widths of each MLP (each >= 1; ``[]``: none).
         activation: ``tanh`` or ``relu``.
         observation_key: the observation entry.
         orthogonal_init: as above (else PyTorch's default).
+
+    Raises:
+        ValueError: an unknown activation, or a width or ``num_actions`` below 1 (the message names the key).
     """
 
-    def __init__(self, num_actions: int, hidden_dims: tuple[int, ...] = (64, 64), activation: str = "tanh",
-                 observation_key: str = "observation", orthogonal_init: bool = True) -> None:
+    def __init__(self, num_actions: int | None = None, hidden_dims: tuple[int, ...] = (64, 64),
+                 activation: str = "tanh", observation_key: str = "observation", orthogonal_init: bool = True) -> None:
         super().__init__()
         if activation not in ("tanh", "relu"):
             raise ValueError(f"model.network.activation={activation!r} is not allowed: one of tanh, relu")
+        check_sizes(num_actions=num_actions, hidden_dims=hidden_dims)
         act = nn.Tanh if activation == "tanh" else nn.ReLU
         self.in_keys = [observation_key]
         self.num_actions = num_actions
         self.orthogonal_init = orthogonal_init
 
-        def mlp(out: int) -> nn.Sequential:
+        def mlp(out: int | None) -> nn.Sequential:
             layers: list[nn.Module] = []
             for width in hidden_dims:
                 layers += [nn.LazyLinear(width), act()]
-            return nn.Sequential(*layers, nn.LazyLinear(out))
+            return nn.Sequential(*layers, *([nn.LazyLinear(out)] if out is not None else []))
 
         self.actor, self.critic = mlp(num_actions), mlp(1)
         self._initialised = not orthogonal_init
+
+    def shape_actions(self, num_actions: int) -> None:
+        """Add the policy output for the env's ``num_actions`` when none was given; else check it.
+
+        Raises:
+            ValueError: ``num_actions`` was given and differs from the env's.
+        """
+        if self.num_actions is None:
+            self.num_actions = num_actions
+            self.actor.append(nn.LazyLinear(num_actions))
+        super().shape_actions(num_actions)
 
     def encode(self, observation: Tensor) -> Tensor:
         return observation
 
     def policy(self, hidden: Tensor) -> Tensor:
+        if self.num_actions is None:
+            raise RuntimeError("MLPActorCritic: no policy output yet (shape_actions builds it on the env's actions)")
         self._initialise(hidden)
         return self.actor(hidden)
 
@@ -98,7 +118,7 @@ class MLPActorCritic(ActorCriticNetwork):
 
     def _initialise(self, observation: Tensor) -> None:
         """Orthogonal initialisation, once the lazy layers know their input width (first call)."""
-        if self._initialised:
+        if self._initialised or self.num_actions is None:  # (no policy output yet: shape_actions first)
             return
         with torch.no_grad():
             self.actor(observation[:1])

@@ -17,6 +17,8 @@ from torchrl.envs import MultiStepTransform
 
 from envs import EnvSpecs
 from modules.base import DISCOUNT, LEARNING_RATE, RLModule, check_hparams
+from modules.compatibility import (NETWORK, check_sizes, class_path, require_action_kind, require_keys,
+                                   require_num_actions, require_num_agents)
 from modules.policy import TensorPolicy
 from modules.q_values import EpsilonGreedyQPolicy, dqn_loss
 from modules.target import TargetNetwork
@@ -29,22 +31,50 @@ class QNetwork(nn.Module):
     eq. 9). Input width is lazy (taken from the first observation); ``num_actions`` is A.
 
     Args:
-        num_actions: A, the number of discrete actions.
-        hidden_dims: widths of the shared hidden layers.
+        num_actions: A, the number of discrete actions; null (the default): the env's (the heads are built on the
+            env's action spec, :meth:`shape_actions`, so that switching the env is one key).
+        hidden_dims: widths of the shared hidden layers (each >= 1; ``[]``: none).
         dueling: the dueling head (Wang et al. 2016: value + advantage - mean advantage).
+
+    Raises:
+        ValueError: a width or ``num_actions`` below 1 (the message names the key).
     """
 
-    def __init__(self, num_actions: int, hidden_dims: tuple[int, ...] = (128, 128), dueling: bool = False) -> None:
+    def __init__(self, num_actions: int | None = None, hidden_dims: tuple[int, ...] = (128, 128),
+                 dueling: bool = False) -> None:
         super().__init__()
+        check_sizes(num_actions=num_actions, hidden_dims=hidden_dims)
         layers: list[nn.Module] = []
         for width in hidden_dims:
             layers += [nn.LazyLinear(width), nn.ReLU()]
         self.trunk = nn.Sequential(*layers)
         self.dueling = dueling
+        self.num_actions = num_actions
+        self.advantage: nn.Module | None = None
+        self.value: nn.Module | None = None
+        if num_actions is not None:
+            self._build_heads(num_actions)
+
+    def _build_heads(self, num_actions: int) -> None:
         self.advantage = nn.LazyLinear(num_actions)
-        self.value = nn.LazyLinear(1) if dueling else None
+        self.value = nn.LazyLinear(1) if self.dueling else None
+
+    def shape_actions(self, num_actions: int) -> None:
+        """Build the heads for the env's A = ``num_actions`` when ``num_actions`` was null; else check it.
+
+        Raises:
+            ValueError: ``num_actions`` was given and differs from the env's (the message names both).
+        """
+        if self.advantage is None:
+            self.num_actions = num_actions
+            self._build_heads(num_actions)
+        elif num_actions != self.num_actions:
+            raise ValueError(f"{NETWORK}.num_actions={self.num_actions} but the env has {num_actions} actions: "
+                             f"remove num_actions to take it from the env")
 
     def forward(self, observation: Tensor) -> Tensor:
+        if self.advantage is None:
+            raise RuntimeError("QNetwork: no heads yet (shape_actions builds them on the env's number of actions)")
         z = self.trunk(observation)
         a = self.advantage(z)
         return self.value(z) + a - a.mean(-1, keepdim=True) if self.dueling else a
@@ -62,26 +92,66 @@ class MultiAgentQNetwork(nn.Module):
       that one agent's experience is valid for another, e.g. ``envs.vacuum``).
 
     Args:
-        num_agents: R, the number of agents.
-        num_actions: A, each agent's number of discrete actions.
+        num_agents: R, the number of agents; null (the default): the env's ``num_agents`` (:meth:`shape_agents`).
+        num_actions: A, each agent's number of discrete actions; null (the default): the env's.
         hidden_dims: widths of the hidden layers (as :class:`QNetwork`).
         dueling: the dueling head (as :class:`QNetwork`).
         parameter_sharing: one shared network (true) or one per agent (false).
         agent_id_key: the batch key of the one-hot agent id (used by :meth:`training_batch`).
+
+    Raises:
+        ValueError: ``num_agents``, ``num_actions`` or a width below 1 (the message names the key).
     """
 
-    def __init__(self, num_agents: int, num_actions: int, hidden_dims: tuple[int, ...] = (128, 128),
-                 dueling: bool = False, parameter_sharing: bool = True, agent_id_key: str = "agent_id") -> None:
+    def __init__(self, num_agents: int | None = None, num_actions: int | None = None,
+                 hidden_dims: tuple[int, ...] = (128, 128), dueling: bool = False, parameter_sharing: bool = True,
+                 agent_id_key: str = "agent_id") -> None:
         super().__init__()
-        if num_agents < 1:
-            raise ValueError(f"MultiAgentQNetwork.num_agents must be >= 1, got {num_agents}")
+        check_sizes(num_agents=num_agents, num_actions=num_actions, hidden_dims=hidden_dims)
         self.num_agents = num_agents
+        self.num_actions = num_actions
         self.parameter_sharing = parameter_sharing
         self.agent_id_key = agent_id_key
-        count = 1 if parameter_sharing else num_agents
-        self.heads = nn.ModuleList(QNetwork(num_actions, hidden_dims, dueling) for _ in range(count))
+        self._head_args = (tuple(hidden_dims), dueling)
+        self.heads = nn.ModuleList()
+        if parameter_sharing or num_agents is not None:
+            self._build_heads(1 if parameter_sharing else num_agents)
+
+    def _build_heads(self, count: int) -> None:
+        self.heads.extend(QNetwork(self.num_actions, *self._head_args) for _ in range(count))
+
+    def shape_agents(self, num_agents: int | None) -> None:
+        """Take the env's R = ``num_agents`` when ``num_agents`` was null (and build the per-agent networks); else
+        check it.
+
+        Raises:
+            ValueError: a single-agent env (``num_agents`` None), or another number of agents than the one given.
+        """
+        if num_agents is None:
+            raise ValueError(f"{NETWORK.removesuffix('.init_args')}.class_path=modules.dqn.MultiAgentQNetwork is a "
+                             f"multi-agent network, but the env has one agent (env.num_agents=None): use "
+                             f"modules.dqn.QNetwork")
+        if self.num_agents is None:
+            self.num_agents = num_agents
+            if not self.heads:
+                self._build_heads(num_agents)
+        elif num_agents != self.num_agents:
+            raise ValueError(f"{NETWORK}.num_agents={self.num_agents} but the env has {num_agents} agents "
+                             f"(env.num_agents={num_agents}): remove num_agents to take it from the env")
+
+    def shape_actions(self, num_actions: int) -> None:
+        """:meth:`QNetwork.shape_actions` of every head (after :meth:`shape_agents`).
+
+        Raises:
+            ValueError: ``num_actions`` was given and differs from the env's.
+        """
+        for head in self.heads:
+            head.shape_actions(num_actions)
+        self.num_actions = num_actions
 
     def forward(self, observation: Tensor, agent_id: Tensor) -> Tensor:
+        if not self.heads:
+            raise RuntimeError("MultiAgentQNetwork: no networks yet (shape_agents builds them on the env's agents)")
         if self.parameter_sharing:
             return self.heads[0](torch.cat([observation, agent_id.to(observation.dtype)], -1))
         if any(isinstance(m, LazyModuleMixin) and m.has_uninitialized_params() for m in self.modules()):
@@ -179,12 +249,15 @@ class DQNModule(RLModule):
             agent_action_spec: one agent's action spec (multi-agent envs); ``action_spec`` when None.
 
         Raises:
-            ValueError: the action spec is not categorical (one integer per action entry).
+            ValueError: the action spec is not categorical (one integer per action entry), or the network was
+                built for another number of actions.
         """
         h = self.hparams
         agent_action_spec = action_spec if agent_action_spec is None else agent_action_spec
         if agent_action_spec.dtype not in (torch.int64, torch.int32) or not hasattr(agent_action_spec, "n"):
             raise ValueError(f"DQNModule needs a categorical action spec (one integer action), got {agent_action_spec}")
+        if hasattr(self.network, "shape_actions"):  # the heads of a network whose num_actions is the env's
+            self.network.shape_actions(int(agent_action_spec.space.n))
         with torch.no_grad():
             self.network(*(observation[k] for k in h.in_keys))
         masked = h.action_mask_key is not None
@@ -197,7 +270,8 @@ class DQNModule(RLModule):
         return self._policy
 
     def prepare(self, specs: EnvSpecs) -> None:
-        """Build on the env's specs: its action spec and an example observation (lazy layers).
+        """Build on the env's specs: the network's agents (a multi-agent network's ``shape_agents``), its action spec
+        and an example observation (lazy layers).
 
         Raises:
             ValueError: a multi-agent network built for another number of agents than the env's.
@@ -207,7 +281,27 @@ class DQNModule(RLModule):
             if expected is not None and expected != specs.num_agents:
                 raise ValueError(f"model.network.num_agents={expected} does not match the env: "
                                  f"env.num_agents={specs.num_agents} (e.g. the vacuum env's num_robots)")
+            if hasattr(self.network, "shape_agents"):
+                self.network.shape_agents(specs.num_agents)
             self.build(specs.action_spec, specs.example_observation, specs.agent_action_spec)
+
+    def check_env(self, specs: EnvSpecs) -> None:
+        """DQN needs discrete actions (one integer of n choices per agent); the network's ``num_actions`` and (a
+        multi-agent network's) ``num_agents``, where given, must be the env's; ``in_keys`` and ``action_mask_key``
+        must be entries of the env's observation.
+
+        Raises:
+            ValueError: the first mismatch, naming the config key and both sides.
+        """
+        h = self.hparams
+        require_action_kind(specs, ("discrete",), class_path(self))
+        if hasattr(self.network, "shape_agents"):
+            require_num_agents(specs, class_path(self.network), self.network.num_agents)
+        require_num_actions(specs, getattr(self.network, "num_actions", None))
+        require_keys(specs, "model.init_args.in_keys", h.in_keys)
+        if h.action_mask_key is not None:
+            require_keys(specs, "model.init_args.action_mask_key", [h.action_mask_key],
+                         "set it to null for an env without an action mask")
 
     def replay_keys(self) -> list[NestedKey]:
         """The loss's inputs: the network's inputs (and action mask) now and next, the action, the reward and

@@ -7,6 +7,7 @@ from torch import Tensor, nn
 
 from modules.actor_critic import ActorCriticNetwork
 from modules.attention import SetEncoder
+from modules.compatibility import check_sizes
 
 
 class DVRPActorCritic(ActorCriticNetwork):
@@ -29,6 +30,10 @@ class DVRPActorCritic(ActorCriticNetwork):
         num_heads: attention heads of the set encoder.
         num_layers: layers of the set encoder.
         hidden_dim: H, the width of the context and of the policy and value MLPs.
+
+    Raises:
+        ValueError: ``embed_dim``, ``num_heads`` or ``hidden_dim`` below 1 (the message names the key), or
+            ``embed_dim`` not a multiple of ``num_heads``.
     """
 
     in_keys = ["customers", "request", "vehicles", "depot"]
@@ -37,6 +42,7 @@ class DVRPActorCritic(ActorCriticNetwork):
 
     def __init__(self, embed_dim: int = 64, num_heads: int = 4, num_layers: int = 2, hidden_dim: int = 128) -> None:
         super().__init__()
+        check_sizes(embed_dim=embed_dim, num_heads=num_heads, hidden_dim=hidden_dim)
         self.hidden_dim = hidden_dim
         self.customer_embed = nn.LazyLinear(embed_dim)
         self.depot_embed = nn.LazyLinear(embed_dim)

@@ -17,6 +17,8 @@ from torchrl.objectives.value import GAE
 from envs import EnvSpecs
 from modules.actor_critic import ActorCriticNetwork, CategoricalPolicy
 from modules.base import DISCOUNT, LEARNING_RATE, RLModule, check_hparams
+from modules.compatibility import (class_path, require_action_kind, require_keys, require_num_actions,
+                                   require_single_agent)
 from modules.policy import TensorPolicy
 from modules.ppo_loss import ppo_loss
 
@@ -117,6 +119,25 @@ class PPOModule(RLModule):
         if hasattr(space, "n"):
             self.network.shape_actions(int(space.n))
         self.materialize(specs.example_observation)
+
+    def check_env(self, specs: EnvSpecs) -> None:
+        """PPO here trains one agent with discrete actions (a categorical policy over the actor's logits); the
+        network's ``num_actions``, where given, must be the env's; the entries the network reads (``in_keys``,
+        ``policy_keys``) and ``action_mask_key`` must be in the env's observation.
+
+        Raises:
+            ValueError: the first mismatch, naming the config key and both sides (e.g. PPO on ``Pendulum-v1``:
+                ``... takes discrete actions, but the env (Pendulum-v1) has continuous actions [1] (bounded) ...``).
+        """
+        h, net = self.hparams, self.network
+        module = class_path(self)
+        require_single_agent(specs, module, "modules.dqn.DQNModule or modules.sac.SACModule (multi-agent replay)")
+        require_action_kind(specs, ("discrete",), module)
+        require_num_actions(specs, getattr(net, "num_actions", None))
+        require_keys(specs, f"model.init_args.network (class_path={class_path(net)})", [*net.in_keys, *net.policy_keys])
+        if h.action_mask_key is not None:
+            require_keys(specs, "model.init_args.action_mask_key", [h.action_mask_key],
+                         "set it to null for an env without an action mask")
 
     def materialize(self, observation: TensorDict) -> None:
         """Run the policy once on ``observation`` (no grad) so that lazy layers get their shapes."""

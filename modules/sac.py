@@ -18,6 +18,7 @@ from torchrl.envs.utils import ExplorationType, exploration_type
 
 from envs import EnvSpecs
 from modules.base import DISCOUNT, LEARNING_RATE, RLModule, check_hparams
+from modules.compatibility import check_sizes, class_path, require_action_kind, require_bounded, require_keys
 from modules.policy import TensorPolicy
 from modules.sac_loss import Critics, continuous_sac_loss, discrete_sac_loss, tanh_normal_rsample
 from modules.target import TargetNetwork
@@ -46,13 +47,17 @@ class SACNetworks(nn.Module):
     are lazy (taken from the first observation).
 
     Args:
-        actor_hidden_dims: hidden layer widths of the actor.
-        critic_hidden_dims: hidden layer widths of each critic.
+        actor_hidden_dims: hidden layer widths of the actor (each >= 1; ``[]``: none).
+        critic_hidden_dims: hidden layer widths of each critic (each >= 1; ``[]``: none).
+
+    Raises:
+        ValueError: a width below 1 (the message names the key).
     """
 
     def __init__(self, actor_hidden_dims: tuple[int, ...] = (256, 256),
                  critic_hidden_dims: tuple[int, ...] = (256, 256)) -> None:
         super().__init__()
+        check_sizes(actor_hidden_dims=actor_hidden_dims, critic_hidden_dims=critic_hidden_dims)
         self.actor_hidden_dims = tuple(actor_hidden_dims)
         self.critic_hidden_dims = tuple(critic_hidden_dims)
         self.actor: nn.Module | None = None
@@ -228,6 +233,19 @@ class SACModule(RLModule):
         """Build on the env's specs: its action spec and an example observation (lazy layers)."""
         if self.policy is None:
             self.build(specs.agent_action_spec, specs.example_observation)
+
+    def check_env(self, specs: EnvSpecs) -> None:
+        """SAC takes discrete actions (one integer of n choices) or bounded continuous ones (the tanh-squashed actor
+        maps to the spec's low and high), one agent's in a multi-agent env (the replay buffer holds one row per
+        agent); ``observation_key`` must be an entry of the env's observation.
+
+        Raises:
+            ValueError: the first mismatch, naming the config key and both sides.
+        """
+        module = class_path(self)
+        require_action_kind(specs, ("discrete", "continuous"), module)
+        require_bounded(specs, module, "its tanh-squashed actor maps to the spec's low and high")
+        require_keys(specs, "model.init_args.observation_key", [self.hparams.observation_key])
 
     # ------------------------------------------------------------------ update
     def training_step(self, batch: TensorDict, batch_idx: int) -> Tensor:

@@ -6,6 +6,8 @@ models they are handed (``EnvConfig.attach_model``)."""
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import importlib
 import os
 import tempfile
@@ -25,13 +27,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's ``TorchCheckpointIO`` whose local saves are atomic in the checkpoint's own folder: the file is
     written to a temporary file beside it (``<name>.<random>.tmp``), flushed to disk (``fsync``), and renamed over
     the target (``os.replace``, atomic on one file system), then the folder is synced. A crash at any moment
-    leaves either the previous file or the new one, complete. (Lightning's own save writes its temporary file in
+    leaves either the previous file or the new one, complete; the temporary file of a process killed while writing
+    is removed by the next save of that name (one run at a time writes a run folder: ``pipelines.fit`` locks it). (Lightning's own save writes its temporary file in
     the system's temporary folder, which ``shutil.move`` copies non-atomically when that is another file system,
     and which a crash leaves behind there.) ``pipelines.fit`` adds it unless the config lists a checkpoint IO
     plugin. Remote paths (``s3://`` ...) are left to Lightning.
 
     Raises:
         TypeError: ``storage_options`` (as Lightning's).
+        OSError: the write failed; a full disk is ``ENOSPC`` naming the file (torch's own error for it says
+            "unexpected pos").
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
@@ -41,6 +46,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return
         folder = os.path.dirname(os.path.abspath(path))
         os.makedirs(folder, exist_ok=True)
+        for stale in glob.glob(glob.escape(os.path.join(folder, os.path.basename(path))) + ".*.tmp"):
+            with contextlib.suppress(OSError):  # left by a process killed while writing (the run folder is locked)
+                os.remove(stale)
         fd, temp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=folder)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -48,9 +56,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(temp, path)
-        except BaseException:
+        except BaseException as err:
             with contextlib.suppress(OSError):
                 os.remove(temp)
+            if isinstance(err, Exception) and not isinstance(err, OSError) and _disk_full(folder):
+                # torch's writer reports a full disk as "unexpected pos ..." (a RuntimeError without errno)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path) from err
             raise
         with contextlib.suppress(OSError):  # the rename itself reaches the disk
             dir_fd = os.open(folder, os.O_RDONLY)
@@ -58,6 +69,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
+
+
+def _disk_full(folder: str, margin: int = 1 << 20) -> bool:
+    """Whether the file system of ``folder`` has less than ``margin`` bytes left for this user."""
+    try:
+        stats = os.statvfs(folder)
+    except OSError:
+        return False
+    return stats.f_bavail * stats.f_frsize < margin
 
 
 def load_exported_model(path: str, name: str) -> tuple[nn.Module, dict]:
@@ -84,7 +104,7 @@ def load_exported_model(path: str, name: str) -> tuple[nn.Module, dict]:
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path!r}: no such file (the checkpoint of {name})")
-    checkpoint = _read(path, f"the checkpoint of {name}")
+    checkpoint = read_checkpoint(path, f"the checkpoint of {name}")
     entry = checkpoint.get(name) if isinstance(checkpoint, dict) else None
     if not isinstance(entry, dict) or "state_dict" not in checkpoint:
         raise ValueError(f"{path!r} is not a {name} checkpoint (it has no {name!r} entry)")
@@ -138,7 +158,7 @@ def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...]
     """
     if not os.path.isfile(path):
         raise ValueError(f"--ckpt_path={path!r}: no such file")
-    checkpoint = _read(path, "--ckpt_path")
+    checkpoint = read_checkpoint(path, "--ckpt_path")
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise ValueError(f"--ckpt_path={path!r} is not a training checkpoint of pipelines.fit (no state_dict)")
     model_class, data_class = config["model"]["class_path"], config["data"]["class_path"]
@@ -181,7 +201,7 @@ def run_configs(path: str) -> tuple[list[str], str]:
     beside = os.path.join(os.path.dirname(folder) if os.path.basename(folder) == "checkpoints" else folder, "config.yaml")
     if os.path.isfile(beside):
         return [beside], beside
-    record = _read(path, "--ckpt_path")
+    record = read_checkpoint(path, "--ckpt_path")
     record = record.get(CONFIG_KEY) if isinstance(record, dict) else None
     if not isinstance(record, dict):
         raise ValueError(f"--ckpt_path={path!r}: no {beside} and the checkpoint records no config; give --config")
@@ -193,7 +213,7 @@ def _frames(checkpoint: dict) -> int | None:
     return int(frames) if isinstance(frames, int) else None
 
 
-def _read(path: str, what: str) -> object:
+def read_checkpoint(path: str, what: str) -> object:
     """``torch.load(path, weights_only=True)`` on the CPU.
 
     Raises:

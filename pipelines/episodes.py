@@ -89,7 +89,7 @@ class EpisodeDataModule(RLDataModule):
     @property
     def num_batches(self) -> int:
         """An upper bound (every instance takes at least one frame); the stream ends at the budget."""
-        world = self.trainer.world_size if self.trainer is not None else 1
+        world = self.world_size
         return -(-self.total_frames // (self.batch_size * world))
 
     @property

@@ -2,7 +2,8 @@
 
     python -m pipelines.evaluate --ckpt_path CKPT [--config configs/<run>.yaml] [--episodes 256] [--seed S]
         [--policies NAME ...] [--settings JSON] [--routes_out FILE] [--pyvrp_episodes K]
-        [--instances GLOB] [--video FILE.mp4|.gif] [--compare_ckpt CKPT2 [--compare_config CFG ...]] [dotted overrides]
+        [--instances GLOB] [--video FILE.mp4|.gif] [--compare_ckpt CKPT2 [--compare_config CFG ...]] [--device DEV]
+        [dotted overrides]
 
 The run's config is the ``config.yaml`` of the checkpoint's run folder (else the one the checkpoint records) unless
 ``--config`` gives it. Every policy plays the same episodes (the env is rebuilt with the same seed for each): the trained one
@@ -20,7 +21,15 @@ episodes re-solved by the env's reference solver, PyVRP; the online plan's mean 
 ``--video FILE.mp4|.gif`` also writes one episode of the trained policy as a video (envs that draw themselves:
 hockey, vacuum, gymnasium envs, DVRP's plan growing over an episode). ``--instances GLOB`` is short for
 ``--data.init_args.env.init_args.instances=GLOB`` with the files' own capacity. A run's learned env model (the
-flexibility model) is restored with its weights.
+flexibility model) is restored with its weights; nothing else of the training's state is (the envs' resume
+positions, the replay buffer), so a checkpoint plays under any config whose model and networks it fits (e.g.
+another ``num_envs``).
+
+Everything plays on ``--device`` (default ``cpu``), whatever the run trained on: the config's collector and
+trainer options for its own hardware (``data.workers``, ``collector``, ``ray``, ``compile_policy``,
+``cudagraph_policy``, ``device``; ``trainer.accelerator``, ``devices``, ``strategy``, ``num_nodes``,
+``precision``) are set aside (:data:`PLAY_HERE`). ``--routes_out`` never overwrites a file (checked before any
+work). A wrong option, config, checkpoint or device ends with one line on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from pipelines.threads import set_wait_policy
 set_wait_policy()  # before torch is imported (pipelines/threads.py)
 
 import torch  # noqa: E402
+from jsonargparse import Namespace  # noqa: E402
 
 from envs import EnvConfig, make_env, unwrap  # noqa: E402
 from envs.episodes import play_episodes  # noqa: E402
@@ -46,25 +56,58 @@ from modules.base import RLModule  # noqa: E402
 from pipelines.checkpoints import MODEL_KEYS, run_configs, weights_mismatch  # noqa: E402
 from pipelines.console import rounded  # noqa: E402
 from pipelines.data import RLDataModule  # noqa: E402
+from pipelines.export import resolve_device  # noqa: E402
 from pipelines.fit import FitCLI, config_exit  # noqa: E402
-from pipelines.run_config import FIT_KEYS, parse_with_fit_keys  # noqa: E402
+from pipelines.run_config import FIT_KEYS, CommandParser, parse_with_fit_keys  # noqa: E402
+
+
+# what a config's data module and trainer get for playing episodes here: the collector and trainer options meant
+# for the training's hardware (rollout workers, Ray, a compiled or CUDA-graph collector policy, GPUs, DDP) play
+# no part in evaluation, which steps its own envs with the policy in this process
+PLAY_HERE = {"data": {"workers": 0, "collector": "sync", "ray": None, "compile_policy": False,
+                      "cudagraph_policy": False},
+             "trainer": {"accelerator": "cpu", "devices": 1, "strategy": "auto", "num_nodes": 1, "precision": None}}
 
 
 class _EvaluationCLI(FitCLI):
+    """Fit's CLI for an evaluation: the checkpoint must share the model and networks only (the env may differ),
+    and the config is set to play on ``device`` (:data:`PLAY_HERE`, ``data.device``) before anything is built."""
+
     checkpoint_keys = MODEL_KEYS  # the same model and networks; the env may differ (other instances, sizes)
+    trains = False  # the checkpoint is played, not continued
+
+    def __init__(self, *args, device: str = "cpu", **kwargs) -> None:
+        self.play_device = device
+        super().__init__(*args, **kwargs)
+
+    def before_instantiate_classes(self) -> None:
+        data = (self.config.get("data") or Namespace()).get("init_args") or Namespace()
+        trainer = self.config.get("trainer") or Namespace()
+        for node, values in ((data, {**PLAY_HERE["data"], "device": self.play_device}),
+                             (trainer, PLAY_HERE["trainer"])):
+            for key, value in values.items():
+                if key in node:  # (the keys a data module has: EpisodeDataModule has no collector)
+                    node[key] = value
+        super().before_instantiate_classes()
 
 
-def load_run(configs: str | list[str] | None, ckpt_path: str, overrides: list[str]) -> tuple[RLModule, RLDataModule]:
+def load_run(configs: str | list[str] | None, ckpt_path: str, overrides: list[str],
+             device: str = "cpu") -> tuple[RLModule, RLDataModule]:
     """Build model and data module from fit configs (later ones override earlier ones, then the dotted
-    overrides; None: the run's own, :func:`pipelines.checkpoints.run_configs`) and load the checkpoint: the
-    weights and the data module's state (the env's learned model, if any). The checkpoint is checked as
-    ``pipelines.fit --ckpt_path`` checks it, before anything is built, except that the env may differ from the
-    one it was trained on.
+    overrides; None: the run's own, :func:`pipelines.checkpoints.run_configs`), set to play on ``device``
+    (:data:`PLAY_HERE`), and load the checkpoint: the weights and the env's learned model (the data module's
+    ``embedding_model``, if any), nothing else of the training's state (the envs' resume positions, which are the
+    training's and fit only its ``num_envs``). The checkpoint is checked as ``pipelines.fit --ckpt_path`` checks
+    it, before anything is built, except that the env may differ from the one it was trained on.
+
+    Returns:
+        The module (eval mode, on ``device``) and the data module (its env on ``device``).
 
     Raises:
         FileNotFoundError: a config or the checkpoint does not exist.
-        SystemExit: 2, for a checkpoint that is unreadable, was trained with another config, or (without
-            ``configs``) has no config beside it or in it (one message).
+        SystemExit: 2, for a checkpoint that is unreadable, was trained with another config, has weights or an env
+            model that do not fit this config's, or (without ``configs``) has no config beside it or in it (one
+            message).
     """
     if configs is None:
         try:
@@ -77,13 +120,13 @@ def load_run(configs: str | list[str] | None, ckpt_path: str, overrides: list[st
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{what} not found: {path!r}")
     cli = _EvaluationCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
-                 save_config_callback=None, auto_configure_optimizers=False,
+                 save_config_callback=None, auto_configure_optimizers=False, device=device,
                  args=[*(a for c in configs for a in ("--config", c)), f"--ckpt_path={ckpt_path}",  # checked first
                        "--trainer.logger=false",
                        "--trainer.enable_checkpointing=false", "--trainer.callbacks=[]", *overrides])
     model, data = cli.model, cli.datamodule
     data.setup("validate")
-    model.build_on(data.env_specs())
+    model.build_on(data.env_specs())  # (specs on the CPU: the module moves to the device once loaded)
     checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)  # tensors and plain data only
     try:
         model.load_state_dict(checkpoint["state_dict"])
@@ -92,11 +135,30 @@ def load_run(configs: str | list[str] | None, ckpt_path: str, overrides: list[st
         if mismatch is None:
             raise
         config_exit(mismatch)
-    data_state = checkpoint.get(type(data).__qualname__)
-    if data_state:
-        data.load_state_dict(data_state)
+    env_model = (checkpoint.get(type(data).__qualname__) or {}).get("embedding_model")
+    if env_model is not None:
+        _restore_env_model(data, env_model, ckpt_path)
+    model.to(device)
     model.eval()
     return model, data
+
+
+def _restore_env_model(data: RLDataModule, weights: dict, ckpt_path: str) -> None:
+    """Load the checkpoint's env model (e.g. the DVRP flexibility model) into the config's.
+
+    Raises:
+        SystemExit: 2, for a config whose env has no such model or one of other shapes (one message).
+    """
+    if data.embedding_model() is None:
+        config_exit(ValueError(f"--ckpt_path={ckpt_path!r} has a learned env model (embedding_model) but this "
+                               f"config's env has none (was it trained with another env config?)"))
+    try:
+        data.update_embedding(weights)
+    except RuntimeError as err:
+        mismatch = weights_mismatch(err, ckpt_path)
+        if mismatch is None:
+            raise
+        config_exit(ValueError(f"{mismatch} (its env model)"))
 
 
 def _run_name(ckpt_path: str) -> str:
@@ -106,7 +168,7 @@ def _run_name(ckpt_path: str) -> str:
 
 
 def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int, seed: int,
-         settings: dict | None = None, keep_plans: bool = False) -> dict:
+         settings: dict | None = None, keep_plans: bool = False, device: str | torch.device = "cpu") -> dict:
     """Play ``episodes`` episodes of ``config``'s env (``num_envs`` rows seeded ``seed, seed + 1, ...``, the
     first ``ceil(episodes / num_envs)`` episodes of each) with the policy ``make_policy(env)``, deterministically
     (sampled for an env config with ``stochastic_evaluation``: games).
@@ -114,6 +176,7 @@ def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int,
     Args:
         settings: runtime settings applied through the env's ``configure`` first (e.g. an opponent).
         keep_plans: also keep each episode's exported plan (the env's ``export_episodes``) under ``plans``.
+        device: where the env steps (the policy must be there too).
 
     Returns:
         :func:`envs.episodes.play_episodes`'s per-episode results ``[episodes]`` (float64), plus ``plans``.
@@ -121,7 +184,7 @@ def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int,
     Raises:
         ValueError: ``settings`` the env rejects, or ``keep_plans`` for an env that exports no plans.
     """
-    env = _env(config, num_envs, seed, settings)
+    env = _env(config, num_envs, seed, settings, device)
     base = unwrap(env)
     if keep_plans and not hasattr(base, "export_episodes"):
         raise ValueError(f"--routes_out / --pyvrp_episodes need an env that exports its plans, got {type(base).__name__}")
@@ -136,18 +199,18 @@ def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int,
     result = play_episodes(env, make_policy(env), -(-episodes // num_envs), on_step=export if keep_plans else None,
                            stochastic=config.stochastic_evaluation, sample_seed=seed)
     env.close()
-    out = {key: value[:episodes].double() for key, value in result.items()}
+    out = {key: value[:episodes].double().cpu() for key, value in result.items()}
     out["plans"] = [plan for _, plan in sorted(plans, key=lambda p: p[0])][:episodes]
     return out
 
 
-def _env(config: EnvConfig, num_envs: int, seed: int, settings: dict | None):
-    """``config``'s env with runtime ``settings`` applied (``configure``).
+def _env(config: EnvConfig, num_envs: int, seed: int, settings: dict | None, device: str | torch.device = "cpu"):
+    """``config``'s env on ``device`` with runtime ``settings`` applied (``configure``).
 
     Raises:
         ValueError: ``settings`` for an env without ``configure``, or ones it rejects.
     """
-    env = make_env(config, num_envs, seed)
+    env = make_env(config, num_envs, seed, device)
     if settings:
         base = unwrap(env)
         if not hasattr(base, "configure"):
@@ -157,8 +220,9 @@ def _env(config: EnvConfig, num_envs: int, seed: int, settings: dict | None):
 
 
 def record_video(config: EnvConfig, make_policy: Callable, path: str, seed: int, settings: dict | None,
-                 fps: float) -> int:
-    """One episode of ``config``'s env (row 0, seeded ``seed``, with ``settings``) played by ``make_policy(env)``,
+                 fps: float, device: str | torch.device = "cpu") -> int:
+    """One episode of ``config``'s env (row 0, seeded ``seed``, with ``settings``, on ``device``) played by
+    ``make_policy(env)``,
     written to ``path`` (:func:`envs.video.write_video`); a gymnasium env is built with ``render_mode: rgb_array``.
 
     Returns:
@@ -170,7 +234,7 @@ def record_video(config: EnvConfig, make_policy: Callable, path: str, seed: int,
     if getattr(config, "render_mode", "") is None:
         config = copy.copy(config)
         config.render_mode = "rgb_array"
-    env = _env(config, 1, seed, settings)
+    env = _env(config, 1, seed, settings, device)
     try:
         frames = record_episode(env, make_policy(env), stochastic=config.stochastic_evaluation, sample_seed=seed)
     finally:
@@ -210,9 +274,15 @@ def _print_table(results: dict[str, dict], rows: dict[str, dict], mine: str, gap
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.evaluate", description=__doc__,
-                                     usage="%(prog)s --ckpt_path CKPT [options] [--model.<key>=... --data.<key>=...]",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The command line (see the module docstring); returns the JSON table it prints last.
+
+    Raises:
+        SystemExit: 2, for a wrong option, config, checkpoint or ``--device``, or an existing ``--routes_out`` (one
+            line on stderr, before any episode is played).
+    """
+    parser = CommandParser(prog="python -m pipelines.evaluate", description=__doc__,
+                            usage="%(prog)s --ckpt_path CKPT [options] [--model.<key>=... --data.<key>=...]",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", action="append", default=None,
                         help="the fit config(s) of the run (default: config.yaml of the checkpoint's run folder, else "
                              "the config the checkpoint records)")
@@ -238,6 +308,8 @@ def main(argv: list[str] | None = None) -> dict:
                         "seed; the first setting) to this .mp4 or .gif file")
     parser.add_argument("--video_fps", type=float, default=25.0, help="frames per second of --video")
     parser.add_argument("--num_threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--device", default="cpu", help="device the envs and policies play on (cpu, cuda, cuda:<k>), "
+                        "whatever the run trained on")
     args, overrides = parse_with_fit_keys(parser, argv, FIT_KEYS[:4])
     if args.episodes < 1 or args.num_envs < 1:
         parser.error(f"--episodes and --num_envs must be >= 1 (got {args.episodes}, {args.num_envs})")
@@ -245,11 +317,18 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--video {args.video!r}: a {' or '.join(FORMATS)} file")
     if args.compare_config is not None and args.compare_ckpt is None:
         parser.error("--compare_config needs --compare_ckpt (the second run's checkpoint)")
+    if args.routes_out is not None and os.path.lexists(args.routes_out):
+        config_exit(ValueError(f"--routes_out={args.routes_out!r} exists: evaluate never overwrites a file (remove it "
+                               f"or give another name)"))
+    try:
+        device = resolve_device(args.device)
+    except ValueError as err:
+        config_exit(err)
     torch.set_num_threads(args.num_threads)
     if args.instances is not None:
         env = {"init_args": {"instances": args.instances, "capacity": None}}  # the run's env class, these keys
         overrides = ["--data.init_args.env", json.dumps(env), *overrides]
-    model, data = load_run(args.config, args.ckpt_path, overrides)
+    model, data = load_run(args.config, args.ckpt_path, overrides, str(device))
     config, name = data.env_config, type(model).__name__.removesuffix("Module").lower()
     baselines = config.baseline_policies()
     chosen = list(baselines) if args.policies is None else args.policies
@@ -259,7 +338,7 @@ def main(argv: list[str] | None = None) -> dict:
     # label -> (the env config it plays on, with its own learned env model; its policy factory)
     policies = {name: (config, lambda env: model.collector_policy)}
     if args.compare_ckpt is not None:
-        other, other_data = load_run(args.compare_config, args.compare_ckpt, overrides)
+        other, other_data = load_run(args.compare_config, args.compare_ckpt, overrides, str(device))
         stem = (os.path.splitext(os.path.basename(args.compare_config[-1]))[0] if args.compare_config
                 else _run_name(args.compare_ckpt))
         policies[f"{name}[{stem}]"] = (other_data.env_config, lambda env: other.collector_policy)
@@ -272,7 +351,7 @@ def main(argv: list[str] | None = None) -> dict:
         for label, (env_config, make_policy) in policies.items():
             torch.manual_seed(args.seed)  # a policy drawing from the global generator: the same draws every time
             keep = args.pyvrp_episodes > 0 or (label == name and args.routes_out is not None)
-            results[label] = play(env_config, make_policy, args.episodes, num_envs, args.seed, values, keep)
+            results[label] = play(env_config, make_policy, args.episodes, num_envs, args.seed, values, keep, device)
         gaps = {}
         for label, result in results.items():
             found = [(plan["cost_km"], config.reference_cost(plan, args.pyvrp_seconds))
@@ -293,7 +372,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"routes of {len(results[name]['plans'])} episodes written to {args.routes_out}")
     if args.video is not None:
         values = next(iter(settings.values())) if settings else None
-        count = record_video(config, policies[name][1], args.video, args.seed, values, args.video_fps)
+        count = record_video(config, policies[name][1], args.video, args.seed, values, args.video_fps, device)
         print(f"video of one episode ({count} frames) written to {args.video}")
     table = rounded(table)
     print(json.dumps(table))

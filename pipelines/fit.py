@@ -19,6 +19,7 @@ it).
 from __future__ import annotations
 
 import argparse
+import errno
 import faulthandler
 import os
 import signal
@@ -36,24 +37,30 @@ set_wait_policy()  # before torch is imported: how idle OpenMP threads wait (a s
 
 import torch  # noqa: E402
 from jsonargparse import DefaultHelpFormatter, Namespace  # noqa: E402
+from jsonargparse.typing import PositiveInt  # noqa: E402
 import yaml  # noqa: E402
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback  # noqa: E402
 from lightning.pytorch.loggers import TensorBoardLogger  # noqa: E402
 from lightning.pytorch.trainer.states import TrainerStatus  # noqa: E402
+from lightning.fabric.utilities.exceptions import MisconfigurationException  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 
 from modules.base import RLModule  # noqa: E402
 from pipelines.board import write_run_header  # noqa: E402
 from pipelines.catalogue import catalogue  # noqa: E402
+from pipelines.compatibility import check_env_fit  # noqa: E402
 from pipelines.checkpoints import CONFIG_KEY, IDENTITY_KEYS, check_resume_checkpoint, weights_mismatch  # noqa: E402
 from pipelines.console import quiet_console, run_summary  # noqa: E402
 from pipelines.data import RLDataModule, StopRequested  # noqa: E402
 from pipelines.import_policy import HELP as IMPORT_HELP  # noqa: E402
-from pipelines.import_policy import restrict_class_paths  # noqa: E402
-from pipelines.run_config import add_default_callbacks, place_outputs, resume_in_place, share_seed  # noqa: E402
+from pipelines.import_policy import check_env_ids, restrict_class_paths  # noqa: E402
+from pipelines.parser import FitArgumentParser, check_config_inputs  # noqa: E402
+from pipelines.run_config import (LOCK_FILE, add_default_callbacks, frames_budget, lock_run_folder, place_outputs,  # noqa: E402
+                                  resume_in_place, share_seed)
 
 PACKAGES = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), p) + os.sep
                  for p in ("pipelines", "modules", "envs", "callbacks"))  # the project's own code
+WRITE_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT)  # a run folder it cannot write
 STOP_GRACE_S = 30  # seconds from a stop signal to the forced exit, if the run has not ended by then
 
 # Checkpoints hold the weights after the optimiser step, which is what resuming needs.
@@ -70,21 +77,25 @@ class FitCLI(LightningCLI):
     """
 
     checkpoint_keys = IDENTITY_KEYS  # the config entries a --ckpt_path must have been trained with
+    trains = True  # a --ckpt_path is continued (pipelines.evaluate's subclass only plays it)
 
     def __init__(self, *args, **kwargs) -> None:
         quiet_console()
+        argv = kwargs.get("args")
         try:
             restrict_class_paths()
+            check_config_inputs(sys.argv[1:] if argv is None else argv if isinstance(argv, list) else [])
         except ValueError as err:
             config_exit(err)
         kwargs["parser_kwargs"] = {"prog": "python -m pipelines.fit", "formatter_class": _HelpFormatter,
                                    "epilog": f"What a config can name:\n{catalogue()}\n\n{textwrap.fill(IMPORT_HELP, 100)}",
                                    **(kwargs.get("parser_kwargs") or {})}
+        kwargs.setdefault("parser_class", FitArgumentParser)
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="resume from this checkpoint")
-        parser.add_argument("--num_threads", type=int, default=1, help="torch intra-op threads (per process)")
+        parser.add_argument("--num_threads", type=PositiveInt, default=1, help="torch intra-op threads (per process)")
         parser.add_argument("--float32_matmul_precision", type=Literal["highest", "high", "medium"], default="highest",
                             help="torch.set_float32_matmul_precision")
         parser.add_argument("--flush_denormal", type=bool, default=True,
@@ -92,6 +103,18 @@ class FitCLI(LightningCLI):
                                  "Adam's second moments of near-zero gradients become denormals, and the CPU "
                                  "computes with those many times slower: CartPole DQN's Adam step took 550 us "
                                  "with them and 52 us without")
+
+    def _set_seed(self) -> None:
+        """LightningCLI's seeding, after a check of ``seed_everything`` (Lightning's own check is a traceback).
+
+        Raises:
+            SystemExit: 2, for a seed outside [0, 2**32 - 1].
+        """
+        seed = self.config.get("seed_everything")
+        if not isinstance(seed, bool) and isinstance(seed, int) and not 0 <= seed <= 2**32 - 1:
+            config_exit(ValueError(f"seed_everything={seed} is not allowed: an integer in [0, {2**32 - 1}], true (a "
+                                   f"random seed, recorded in the saved config) or false"))
+        super()._set_seed()
 
     def before_instantiate_classes(self) -> None:
         torch.set_num_threads(self.config.num_threads)
@@ -104,26 +127,60 @@ class FitCLI(LightningCLI):
             place_outputs(self.config.trainer)
         except ValueError as err:
             config_exit(err)
+        try:
+            frames_budget(self.config.trainer)
+            check_env_ids(self.config)
+        except ValueError as err:
+            config_exit(err)
         self.resumed_in_place: tuple[str, int] | None = None
+        self.continue_message: str | None = None
         if self.config.ckpt_path is not None:  # a bad checkpoint stops the run before anything is built or written
             try:
                 frames = check_resume_checkpoint(self.config.ckpt_path, plain_config(self.parser, self.config),
                                                  self.checkpoint_keys)
+                if self.trains:
+                    self.continue_message = self.check_continue(frames)
             except ValueError as err:
                 config_exit(err)
             self.resumed_in_place = resume_in_place(self.config.trainer, self.config.ckpt_path, frames)
+
+    def check_continue(self, frames: int | None) -> str | None:
+        """What resuming a checkpoint of ``frames`` collected frames will do under this config's
+        ``data.total_frames``: a message that the run continues up to the budget (frames, schedules and
+        exploration go on from the checkpoint's frames), or None when the checkpoint does not say.
+
+        Raises:
+            ValueError: the budget is not above the checkpoint's frames (nothing would be trained).
+        """
+        total = (self.config.get("data") or Namespace()).get("init_args", Namespace()).get("total_frames")
+        if frames is None or not isinstance(total, int):
+            return None
+        if frames >= total:
+            raise ValueError(f"--ckpt_path={self.config.ckpt_path!r} has trained {frames:,} frames already; "
+                             f"data.init_args.total_frames={total:,} leaves nothing to train: give a larger "
+                             f"total_frames to continue it (e.g. --data.init_args.total_frames={2 * frames})")
+        return (f"continuing {self.config.ckpt_path} from {frames:,} frames up to data.init_args.total_frames="
+                f"{total:,} (frames, schedules and exploration go on from {frames:,})")
 
     def instantiate_classes(self) -> None:
         """Build the config's objects. A value that one of this project's constructors rejects ends the run
         like a typo does: its one message on stderr (the key and the allowed values), exit status 2, no
         traceback, nothing written.
 
+        Then, still before anything is written: the device options, the env against the algorithm
+        (:func:`pipelines.compatibility.check_env_fit`) and, for a run that trains, the budget
+        (``RLDataModule.check_budget``).
+
         Raises:
-            SystemExit: 2, for a ``ValueError`` or ``FileNotFoundError`` raised by this project's code.
+            SystemExit: 2, for a ``ValueError`` or ``FileNotFoundError`` raised by this project's code, or Lightning's
+                ``MisconfigurationException``.
         """
         try:
             super().instantiate_classes()
             self.datamodule.check_device(self.datamodule.device or self.trainer.strategy.root_device)
+            check_env_fit(self.model, self.datamodule)  # env <-> algorithm, before anything is written
+            if self.trains:
+                self.datamodule.check_budget(self.trainer.world_size)
         except Exception as err:
             rejected = config_error(err)
             if rejected is None:
@@ -146,25 +203,41 @@ class RecordConfig(SaveConfigCallback):
     in every checkpoint, as plain data under ``checkpoint[CONFIG_KEY]``: a resume can then tell whether a
     checkpoint was trained with the same env and networks (:func:`pipelines.checkpoints.check_resume_checkpoint`).
 
+    It also takes the run folder's lock (:func:`pipelines.run_config.lock_run_folder`) for the whole fit.
+
     Raises:
-        OutputExists: the run folder holds a ``config.yaml`` already (before anything is written).
+        OutputExists: the run folder holds a ``config.yaml`` already, or another run holds its lock (before
+            anything but the logger's first events file is written).
     """
 
     resumed_frames: int | None = None  # set when the run resumes in its own folder: the config goes beside
 
+    _lock: int | None = None  # the run folder's lock (pipelines.run_config.lock_run_folder), held by rank 0
+
     def setup(self, trainer, pl_module, stage: str) -> None:
+        folder = trainer.log_dir
         if self.resumed_frames is not None:  # the run's own folder: the first config stays, this one goes beside
             self.config_filename = f"config.resumed-{self.resumed_frames}.yaml"
         elif not self.already_saved and self.save_to_log_dir:
-            path = os.path.join(trainer.log_dir, self.config_filename)
+            path = os.path.join(folder, self.config_filename)
             if trainer.strategy.broadcast(os.path.isfile(path) if trainer.is_global_zero else False):
                 raise OutputExists(f"{path} exists: a run never overwrites a file it did not create (give the run "
                                    f"its own folder: --trainer.default_root_dir, or the logger's save_dir or version)")
+        if trainer.is_global_zero and self._lock is None:
+            self._lock = lock_run_folder(folder)
+        if not trainer.strategy.broadcast(self._lock is not None if trainer.is_global_zero else True):
+            raise OutputExists(f"{folder} is in use by another run (it holds the lock {LOCK_FILE}): wait for that run "
+                               f"to end, or give this one its own folder")
         super().setup(trainer, pl_module, stage)
         if trainer.is_global_zero and self.resumed_frames is None:  # a resumed run's folder has them already
             metrics = [m for m in (*(getattr(c, "best_metric", None) for c in trainer.callbacks),
                                    "rollout/episode_return") if m]
             write_run_header(trainer, plain_config(self.parser, self.config), list(dict.fromkeys(metrics)))
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         if getattr(self, "_record", None) is None:
@@ -174,7 +247,7 @@ class RecordConfig(SaveConfigCallback):
 
 def plain_config(parser, config: Namespace) -> dict:
     """The resolved config as plain data (what ``config.yaml`` holds: dicts, lists, strings, numbers)."""
-    return yaml.safe_load(parser.dump(config, skip_none=False, skip_validation=True))
+    return yaml.safe_load(parser.dump(config, skip_unset=False, skip_validation=True))
 
 
 def config_exit(err: Exception) -> None:
@@ -185,11 +258,13 @@ def config_exit(err: Exception) -> None:
 
 def config_error(err: BaseException) -> Exception | None:
     """The ``ValueError`` / ``FileNotFoundError`` raised by this project's own code (its innermost frame in one of
-    the project's packages) somewhere in ``err``'s chain of causes, or None: a constructor's rejection of a
-    config value, which jsonargparse wraps in its own errors."""
+    the project's packages), or Lightning's ``MisconfigurationException``, somewhere in ``err``'s chain of causes,
+    or None: a constructor's rejection of a config value, which jsonargparse wraps in its own errors."""
     seen: set[int] = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
+        if isinstance(err, MisconfigurationException):  # Lightning's rejection of a trainer setting
+            return err
         if isinstance(err, (ValueError, FileNotFoundError)) and err.__traceback__ is not None:
             frame = err.__traceback__
             while frame.tb_next is not None:
@@ -213,6 +288,8 @@ def main(args: list[str] | None = None, callbacks: list | None = None) -> FitCLI
                  auto_configure_optimizers=False)
     if cli.resumed_in_place is not None:
         _continue_in(cli, *cli.resumed_in_place)
+    if cli.continue_message:
+        print(cli.continue_message, file=sys.stderr, flush=True)
     cli.trainer.callbacks.extend(callbacks or [])
     in_main_thread = threading.current_thread() is threading.main_thread()  # (signal handlers need it)
     previous = {}
@@ -232,6 +309,12 @@ def main(args: list[str] | None = None, callbacks: list | None = None) -> FitCLI
         if mismatch is None:
             raise
         config_exit(mismatch)
+    except OSError as err:
+        if err.errno not in WRITE_ERRORS:
+            raise
+        print(f"error: cannot write {err.filename or 'the run folder'}: {err.strerror} (the run stopped; checkpoints "
+              f"written before are kept)", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     except SystemExit as stop:  # Lightning's answer to KeyboardInterrupt (a second SIGINT): sys.exit(1)
         if cli.trainer.state.status == TrainerStatus.INTERRUPTED:
             _stopped(cli, "SIGINT")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import fcntl
 import os
 import secrets
 from pathlib import PurePath
@@ -34,6 +35,23 @@ def add_default_callbacks(trainer: Namespace) -> None:
                                                init_args=Namespace())]
 
 
+def frames_budget(trainer: Namespace) -> None:
+    """The run's budget is the data module's ``total_frames`` alone: the stream of collected batches ends there and
+    stops the trainer, so Lightning's epoch count is set unlimited (``max_epochs: -1``) and a resumed run trains on
+    up to the budget whether or not its checkpoint was taken at the end of a stream. ``max_epochs`` may be left
+    unset, -1 or 1 (configs written before this rule said 1); Lightning's ``max_steps`` and ``max_time`` still stop
+    a run early.
+
+    Raises:
+        ValueError: another ``trainer.max_epochs`` (it would not be a budget of this run).
+    """
+    epochs = trainer.get("max_epochs")
+    if epochs not in (None, -1, 1):
+        raise ValueError(f"trainer.max_epochs={epochs!r} is not allowed: the run's budget is "
+                         f"data.init_args.total_frames (frames); leave max_epochs unset")
+    trainer.max_epochs = -1
+
+
 def share_seed(config: Namespace) -> None:
     """One seed for the whole run: every ``seed`` of the data module and the callbacks that the config leaves
     unset (null) takes the run's ``seed_everything`` (which also seeds torch, numpy and Python's RNGs: the
@@ -53,31 +71,58 @@ def share_seed(config: Namespace) -> None:
 
 def place_outputs(trainer: Namespace) -> None:
     """Keep every output of the run under one root: a logger's relative ``save_dir`` is taken inside
-    ``trainer.default_root_dir`` when that is given (else the working directory, as Lightning does), and a
-    logger's ``name``, ``version`` or ``sub_dir`` must be a folder name inside its ``save_dir``. A run without
-    a logger (``--trainer.logger=false``) and without ``default_root_dir`` gets its own folder,
-    ``runs/unlogged/version_<k>`` (the next free k), for its config and checkpoints: Lightning would write them
-    into the working directory (``./config.yaml``, ``./checkpoints/``).
+    ``trainer.default_root_dir`` when that is given (else the working directory, as Lightning does), ``~`` and
+    ``$VAR`` in ``save_dir`` and ``default_root_dir`` are expanded (for every output alike), and a logger's
+    ``name``, ``version`` or ``sub_dir`` must be a folder name inside its ``save_dir``. A run without a logger
+    (``--trainer.logger=false``, or ``--trainer.fast_dev_run``, under which Lightning drops the logger) and
+    without ``default_root_dir`` gets its own folder, ``<save_dir>/<name>/version_<k>`` of the config's logger,
+    else ``runs/unlogged/version_<k>`` (the next free k), for its config and checkpoints: Lightning would write
+    them into the working directory (``./config.yaml``, ``./checkpoints/``).
 
     Raises:
-        ValueError: a ``name`` / ``version`` / ``sub_dir`` that is absolute or climbs out with ``..``.
+        ValueError: a ``name`` / ``version`` / ``sub_dir`` that is absolute, climbs out with ``..`` or holds ``~``
+            or ``$``; an unset environment variable in a folder.
     """
     root = trainer.get("default_root_dir")
+    if isinstance(root, str):
+        root = trainer.default_root_dir = _expand(root, "trainer.default_root_dir")
     loggers = trainer.get("logger")
-    if loggers is False and root is None:
-        trainer.default_root_dir = _next_version(os.path.join("runs", "unlogged"))
-    for logger in loggers if isinstance(loggers, list) else [loggers]:
+    logger_list = loggers if isinstance(loggers, list) else [loggers]
+    for logger in logger_list:
         args = logger.get("init_args") if isinstance(logger, Namespace) else None
         if args is None:
             continue
         save_dir = args.get("save_dir")
+        if isinstance(save_dir, str):
+            save_dir = args.save_dir = _expand(save_dir, "trainer.logger.init_args.save_dir")
         if root is not None and isinstance(save_dir, str) and not os.path.isabs(save_dir):
             args.save_dir = os.path.join(root, save_dir)
         for key in ("name", "version", "sub_dir"):
             value = args.get(key)
-            if isinstance(value, str) and (os.path.isabs(value) or ".." in PurePath(value).parts):
+            if isinstance(value, str) and (os.path.isabs(value) or ".." in PurePath(value).parts
+                                           or value.startswith("~") or "$" in value):
                 raise ValueError(f"trainer.logger.init_args.{key}={value!r} is not allowed: a folder name inside the "
-                                 f"logger's save_dir (not absolute, no '..')")
+                                 f"logger's save_dir (not absolute, no '..', '~' or '$')")
+    if root is None and (loggers is False or trainer.get("fast_dev_run")):
+        # no logger (or Lightning's fast_dev_run, which swaps it for a dummy): the run folder the logger would have
+        # given, else runs/unlogged, instead of the working directory
+        args = next((lg.get("init_args") for lg in logger_list if isinstance(lg, Namespace)
+                     and isinstance(lg.get("init_args"), Namespace)), Namespace())
+        folder = os.path.join(args.get("save_dir") or "runs", args.get("name") or "unlogged")
+        trainer.default_root_dir = _next_version(folder)
+
+
+def _expand(path: str, key: str) -> str:
+    """``path`` with ``~`` and ``$VAR`` / ``${VAR}`` expanded, so every output of the run (events, config,
+    checkpoints) lands in the same folder (TensorBoard expands ``~`` itself, Lightning's checkpoints do not).
+
+    Raises:
+        ValueError: a variable that is not set (names it and the key).
+    """
+    expanded = os.path.expanduser(os.path.expandvars(path))
+    if "$" in expanded:
+        raise ValueError(f"{key}={path!r}: the environment variable in it is not set")
+    return expanded
 
 
 def resume_in_place(trainer: Namespace, ckpt_path: str, frames: int | None) -> tuple[str, int] | None:
@@ -103,11 +148,46 @@ def resume_in_place(trainer: Namespace, ckpt_path: str, frames: int | None) -> t
     return run, frames
 
 
+LOCK_FILE = "run.lock"
+
+
+def lock_run_folder(folder: str) -> int | None:
+    """Take the run folder's lock (an exclusive ``flock`` on ``<folder>/run.lock``, held until the process ends
+    or the descriptor is closed; the kernel drops it when the process dies, even by SIGKILL), so that two runs
+    (e.g. two resumes of one checkpoint) never write one folder at once.
+
+    Returns:
+        The lock's file descriptor, or None when another process holds it.
+    """
+    os.makedirs(folder, exist_ok=True)
+    fd = os.open(os.path.join(folder, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def _next_version(folder: str) -> str:
     """``<folder>/version_<k>`` for the smallest k >= 0 that does not exist (nothing is created)."""
     taken = {int(n[8:]) for n in (os.listdir(folder) if os.path.isdir(folder) else [])
              if n.startswith("version_") and n[8:].isdigit()}
     return os.path.join(folder, f"version_{min(set(range(len(taken) + 1)) - taken)}")
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The argument parser of the entry points besides ``pipelines.fit`` (whose parser is
+    :class:`pipelines.parser.FitArgumentParser`): an option is only ever its full name (argparse would take
+    ``--ckpt`` for ``--ckpt_path``), and an error is its one line first, then a pointer to ``--help`` (argparse puts
+    the usage block first). Exit status 2."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message}\n({self.prog} --help lists the options)\n")
 
 
 FIT_KEYS = ("--model.", "--data.", "--trainer.", "--seed_everything", "--num_threads")  # a fit config's options

@@ -13,9 +13,18 @@ standard error over seeds, and ``DIR/curves.png``, the metric against collected 
 mean. The last stdout line is one JSON object (also written to ``DIR/summary.json``).
 
 A seed whose folder holds a finished run (``DIR/seed_<S>/finished``) is read, not run again, so a study can be
-extended with more seeds or continued after an interruption; a folder holding an unfinished run is refused
-(resume it with ``pipelines.fit --ckpt_path`` or remove it). Exit status: 0, or 1 when a seed's fit failed (its
-log is named).
+extended with more seeds or continued after an interruption, but only under the same settings: each seed's folder
+and the study's record the settings they were run with (``settings.json``: the fit's settings as ``pipelines.fit``
+resolves them, :func:`fit_settings`), and a folder run with other settings stops the command before anything
+starts, naming the keys that differ (exit status 2; use another ``--out``). A folder holding an unfinished run is
+refused (resume it with ``pipelines.fit --ckpt_path`` or remove it).
+
+SIGTERM or SIGINT (Ctrl+C) is handed on to the running fits (each in its own process group, so a terminal's Ctrl+C
+reaches them once, through this command), which stop after their current step and write ``last.ckpt``; the command
+waits for them (at most :data:`STOP_WAIT_S` seconds, then kills them), marks the seeds whose fit ended with status 0
+finished and exits with 128 + the signal's number, starting no further seed. A second Ctrl+C is handed on too (the
+fits then stop at once). Exit status: 0; 1 when a seed's fit failed (its log is named); 2 for a usage or settings
+error; 130 / 143 after SIGINT / SIGTERM.
 """
 
 from __future__ import annotations
@@ -24,72 +33,280 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+from typing import Any
 
-import numpy as np
+from pipelines.threads import set_wait_policy, side_by_side_env
 
-from pipelines.console import rounded
-from pipelines.run_config import FIT_KEYS, parse_with_fit_keys
-from pipelines.scalars import read_scalars
-from pipelines.threads import side_by_side_env
+set_wait_policy()  # before torch is imported (pipelines/threads.py)
+
+import numpy as np  # noqa: E402
+
+from modules.base import RLModule  # noqa: E402
+from pipelines.console import rounded  # noqa: E402
+from pipelines.data import RLDataModule  # noqa: E402
+from pipelines.fit import FitCLI, plain_config  # noqa: E402
+from pipelines.parser import one_line  # noqa: E402
+from pipelines.run_config import FIT_KEYS, parse_with_fit_keys  # noqa: E402
+from pipelines.scalars import read_scalars  # noqa: E402
 
 FALLBACK_METRIC = "rollout/episode_return"
+SETTINGS_FILE = "settings.json"  # the settings a seed's run (in its folder) or the study (in DIR) was made with
+PER_SEED_KEYS = ("seed_everything", "trainer.default_root_dir")  # settings that differ between seeds by design
+STOP_WAIT_S = 60.0  # seconds the fits get to stop after a handed-on signal (their own deadline: fit.STOP_GRACE_S)
+_MISSING = object()  # a key one of two settings lacks
 
 
-def run_seeds(configs: list[str], seeds: list[int], out: str, parallel: int, overrides: list[str]) -> dict[int, str]:
-    """Fit every seed not finished yet, ``parallel`` at once; returns ``{seed: folder}``.
+class SettingsMismatch(ValueError):
+    """A folder (a seed's run, a study) that was made under other settings (the message names the keys)."""
+
+
+class _ParseOnlyCLI(FitCLI):
+    """``pipelines.fit``'s command line, parsed and checked by its own parser (every key, type and class path),
+    with nothing seeded, built or written."""
+
+    def _set_seed(self) -> None:
+        pass
+
+    def before_instantiate_classes(self) -> None:
+        pass
+
+    def instantiate_classes(self) -> None:
+        pass
+
+
+def fit_settings(args: list[str], drop: tuple[str, ...] = ()) -> dict:
+    """The settings ``pipelines.fit <args>`` runs with, resolved by its own parser without building anything: the
+    config files' contents merged, the overrides applied and every default filled in, as plain data (what the run's
+    ``config.yaml`` holds before ``pipelines.fit`` adds its per-run entries), less the dotted keys in ``drop``.
+
+    This is what tells two runs' settings apart, rather than the config files' text or the ``config.yaml`` a fit
+    writes: two spellings of one setting (``--model.lr=0.001`` and ``--model.init_args.lr=1.0e-3``, a value written
+    in the file or left to its default) resolve the same; a changed config file's content counts (not its path),
+    and so does a changed default in the code; and the new settings are known before any fit starts (a fit's
+    ``config.yaml`` also holds what it adds per run: seeds shared from ``seed_everything``, its output folders).
 
     Raises:
+        ValueError: the fit's parser refused ``args`` (one line naming the key), or a config file it refused.
+    """
+    try:
+        cli = _ParseOnlyCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                            auto_configure_optimizers=False, args=list(args),
+                            parser_kwargs={"exit_on_error": False})
+    except argparse.ArgumentError as err:
+        raise ValueError(one_line(str(err)) or " ".join(str(err).split())) from None
+    settings = plain_config(cli.parser, cli.config)
+    for key in drop:
+        *parents, last = key.split(".")
+        node = settings
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return json.loads(json.dumps(settings))  # as a settings.json file gives it back
+
+
+def settings_diff(there: Any, now: Any, key: str = "") -> list[tuple[str, Any, Any]]:
+    """The dotted keys (list entries as ``key[i]``) whose values differ between two settings, with both values
+    (a key one side lacks has :data:`_MISSING` there), in the order of ``now``'s keys."""
+    if isinstance(there, dict) and isinstance(now, dict):
+        diffs = []
+        for name in [*now, *(k for k in there if k not in now)]:
+            diffs += settings_diff(there.get(name, _MISSING), now.get(name, _MISSING),
+                                   f"{key}.{name}" if key else str(name))
+        return diffs
+    if isinstance(there, list) and isinstance(now, list) and len(there) == len(now):
+        return [d for i, (a, b) in enumerate(zip(there, now)) for d in settings_diff(a, b, f"{key}[{i}]")]
+    return [] if there == now and type(there) is type(now) else [(key, there, now)]
+
+
+def describe_diff(diffs: list[tuple[str, Any, Any]], most: int = 6) -> str:
+    """``key=<value there> there, <value now> now`` for the first ``most`` differences, on one line."""
+
+    def show(value: Any) -> str:
+        text = "unset" if value is _MISSING else json.dumps(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+
+    parts = [f"{key}={show(a)} there, {show(b)} now" for key, a, b in diffs[:most]]
+    return "; ".join(parts) + (f"; and {len(diffs) - most} more keys" if len(diffs) > most else "")
+
+
+def read_settings(folder: str) -> dict | None:
+    """The settings recorded in ``folder/settings.json``, or None when it records none.
+
+    Raises:
+        ValueError: the file is not readable JSON (names it).
+    """
+    path = os.path.join(folder, SETTINGS_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path} is not a readable settings record ({err}); use another --out") from None
+
+
+def _write_settings(folder: str, settings: dict) -> None:
+    """``folder/settings.json``, written whole or not at all (a temporary file renamed)."""
+    path = os.path.join(folder, SETTINGS_FILE)
+    with open(path + ".tmp", "w") as f:
+        json.dump(settings, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def check_settings(out: str, folders: dict[int, str], settings: dict) -> None:
+    """Check, before anything is started or written, that the study in ``out`` and every seed folder in it (the
+    seeds asked for, then any other ``seed_<S>``) were made under ``settings``.
+
+    Raises:
+        SettingsMismatch: a folder made under other settings (one line: the folder, each differing key with its
+            value there and now, and to use another ``--out``); a finished seed whose folder records no settings
+            (made by an older ``pipelines.seeds``: they cannot be compared).
+        ValueError: an unreadable settings record.
+    """
+    others = sorted(os.path.join(out, n) for n in (os.listdir(out) if os.path.isdir(out) else [])
+                    if n.startswith("seed_") and os.path.join(out, n) not in folders.values())
+    for folder in [*folders.values(), *others]:
+        if not os.path.isdir(folder):
+            continue
+        recorded = read_settings(folder)
+        if recorded is None:
+            if os.path.isfile(os.path.join(folder, "finished")):
+                raise SettingsMismatch(f"{folder} records no settings (it was run before {SETTINGS_FILE} was "
+                                       f"written): it cannot be reused under these settings; use another --out")
+            continue  # a run that never got started: run_seeds refuses it as unfinished
+        diffs = settings_diff(recorded, settings)
+        if diffs:
+            raise SettingsMismatch(f"{folder} was run with other settings: {describe_diff(diffs)}; use another --out")
+    recorded = read_settings(out) if os.path.isdir(out) else None
+    diffs = settings_diff(recorded, settings) if recorded is not None else []
+    if diffs:
+        raise SettingsMismatch(f"{out} is a study run with other settings ({SETTINGS_FILE}): {describe_diff(diffs)}; "
+                               f"use another --out")
+
+
+def fit_command(configs: list[str], seed: int, folder: str, overrides: list[str]) -> list[str]:
+    """The command line of seed ``seed``'s fit: ``pipelines.fit`` on ``configs`` and ``overrides`` with
+    ``--seed_everything=<seed>`` in ``folder`` (``trainer.default_root_dir``)."""
+    return [sys.executable, "-m", "pipelines.fit", *(a for c in configs for a in ("--config", c)),
+            f"--seed_everything={seed}", f"--trainer.default_root_dir={folder}", *overrides]
+
+
+def run_seeds(configs: list[str], seeds: list[int], out: str, parallel: int, overrides: list[str],
+              settings: dict) -> dict[int, str]:
+    """Fit every seed not finished yet under ``settings`` (:func:`fit_settings` of the fit's command line without
+    its per-seed keys), ``parallel`` at once; returns ``{seed: folder}``. A finished seed run under the same
+    settings is read back (and says so). Each seed's folder and ``out`` record ``settings`` before a fit starts.
+
+    Raises:
+        SettingsMismatch: a folder in ``out`` made under other settings (see :func:`check_settings`).
         ValueError: a seed's folder holds an unfinished run.
         RuntimeError: a fit failed (names its seed, exit status and log).
+        SystemExit: 128 + the signal's number after SIGTERM or SIGINT (the fits were stopped first).
     """
     folders = {seed: os.path.join(out, f"seed_{seed}") for seed in seeds}
+    check_settings(out, folders, settings)
     todo = [seed for seed in seeds if not os.path.isfile(os.path.join(folders[seed], "finished"))]
     for seed in todo:
         if os.path.exists(folders[seed]):
             raise ValueError(f"{folders[seed]} holds an unfinished run of seed {seed}: resume it with pipelines.fit "
                              f"--ckpt_path, or remove the folder")
-    running: dict[int, tuple[subprocess.Popen, object]] = {}
-    try:
-        failed = _run(configs, todo, folders, parallel, overrides, running)
-    except KeyboardInterrupt:  # the fits got the SIGINT too: each stops at its next step and writes last.ckpt
-        for proc, _ in running.values():
-            proc.wait(timeout=120)
-        print("stopped by SIGINT; the unfinished seeds' folders hold their last checkpoints", file=sys.stderr)
-        raise SystemExit(130) from None
+    for seed in seeds:
+        if seed not in todo:
+            print(f"seed {seed}: finished under the same settings, read back", file=sys.stderr, flush=True)
+    os.makedirs(out, exist_ok=True)
+    if read_settings(out) is None:
+        _write_settings(out, settings)
+    failed, signum = _run(configs, todo, folders, parallel, overrides, settings)
+    if signum is not None:
+        done = [seed for seed in seeds if os.path.isfile(os.path.join(folders[seed], "finished"))]
+        print(f"stopped by {signal.Signals(signum).name}; finished seeds: {done or 'none'} (the same command reads "
+              f"them back); an unfinished seed's folder holds its last checkpoint if one was written (resume it with "
+              f"pipelines.fit --ckpt_path, or remove it)", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum)
     if failed:
         raise RuntimeError("fit failed for " + ", ".join(failed))
     return folders
 
 
 def _run(configs: list[str], todo: list[int], folders: dict[int, str], parallel: int, overrides: list[str],
-         running: dict) -> list[str]:
-    """Start and reap the fits; returns the failed ones' descriptions."""
+         settings: dict) -> tuple[list[str], int | None]:
+    """Start and reap the fits; returns the failed ones' descriptions and the signal that stopped them (or None).
+
+    SIGTERM and SIGINT are handed on to every running fit (each is started in its own process group, so it gets a
+    terminal's Ctrl+C from here alone, once); then no new fit starts, the running ones get :data:`STOP_WAIT_S`
+    seconds to stop before they are killed, and a fit that ended with status 0 is still marked finished."""
     failed: list[str] = []
     env = side_by_side_env() if parallel > 1 else None  # (fits at once: threads sleep when idle)
-    while todo or running:
-        while todo and len(running) < parallel:
-            seed = todo.pop(0)
-            os.makedirs(folders[seed])
-            log = open(os.path.join(folders[seed], "fit.log"), "w")
-            command = [sys.executable, "-m", "pipelines.fit", *(a for c in configs for a in ("--config", c)),
-                       f"--seed_everything={seed}", f"--trainer.default_root_dir={folders[seed]}", *overrides]
-            running[seed] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
-            print(f"seed {seed}: running in {folders[seed]}", file=sys.stderr, flush=True)
-        time.sleep(0.2)
-        for seed, (proc, log) in list(running.items()):
-            if proc.poll() is None:
-                continue
-            log.close()
-            del running[seed]
-            if proc.returncode == 0:
-                open(os.path.join(folders[seed], "finished"), "w").close()
-                print(f"seed {seed}: finished", file=sys.stderr, flush=True)
-            else:
-                failed.append(f"seed {seed} (exit status {proc.returncode}, log {log.name})")
-    return failed
+    running: dict[int, tuple[subprocess.Popen, Any]] = {}
+    signals: list[int] = []  # the signals received, first one first
+    told: set[int] = set()  # the seeds whose fit was handed the first signal
+    killed: set[int] = set()  # the seeds whose fit was killed, past the deadline
+
+    def hand_on(signum: int, frame) -> None:
+        signals.append(signum)
+        for seed, (proc, _) in list(running.items()):
+            told.add(seed)
+            if proc.returncode is None:
+                try:
+                    proc.send_signal(signum)
+                except OSError:  # ended meanwhile
+                    pass
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # (signal handlers need it)
+        previous = {s: signal.signal(s, hand_on) for s in (signal.SIGTERM, signal.SIGINT)}
+    deadline: float | None = None
+    try:
+        while (todo and not signals) or running:
+            while todo and not signals and len(running) < parallel:
+                seed = todo.pop(0)
+                os.makedirs(folders[seed])
+                _write_settings(folders[seed], settings)
+                log = open(os.path.join(folders[seed], "fit.log"), "w")
+                proc = subprocess.Popen(fit_command(configs, seed, folders[seed], overrides), stdout=log,
+                                        stderr=subprocess.STDOUT, env=env, process_group=0)
+                running[seed] = (proc, log)
+                print(f"seed {seed}: running in {folders[seed]}", file=sys.stderr, flush=True)
+            if signals:
+                for seed, (proc, _) in running.items():  # a fit started as the signal came
+                    if seed not in told and proc.poll() is None:
+                        told.add(seed)
+                        proc.send_signal(signals[0])
+                deadline = deadline or time.monotonic() + STOP_WAIT_S
+                if time.monotonic() > deadline:
+                    for seed, (proc, _) in running.items():
+                        if seed not in killed and proc.poll() is None:
+                            killed.add(seed)
+                            proc.kill()
+                            print(f"seed {seed}: killed ({STOP_WAIT_S:.0f} s after the signal)", file=sys.stderr,
+                                  flush=True)
+            time.sleep(0.2)
+            for seed, (proc, log) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                log.close()
+                del running[seed]
+                if proc.returncode == 0:
+                    open(os.path.join(folders[seed], "finished"), "w").close()
+                    print(f"seed {seed}: finished", file=sys.stderr, flush=True)
+                elif signals:
+                    print(f"seed {seed}: stopped (exit status {proc.returncode}, log {log.name})", file=sys.stderr,
+                          flush=True)
+                else:
+                    failed.append(f"seed {seed} (exit status {proc.returncode}, log {log.name})")
+    finally:
+        for proc, _ in running.values():  # only on an error here: no fit outlives the command
+            proc.kill()
+            proc.wait()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return failed, (signals[0] if signals else None)
 
 
 def summarise(folders: dict[int, str], metric: str | None) -> dict:
@@ -141,6 +358,12 @@ def plot(summary: dict, path: str, title: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    """The command (see the module docstring); returns the summary printed last.
+
+    Raises:
+        SystemExit: 2 for a usage error, a fit setting the fit's parser refuses or a folder made under other
+            settings; 1 when a fit failed; 128 + the signal's number after SIGTERM / SIGINT.
+    """
     parser = argparse.ArgumentParser(prog="python -m pipelines.seeds", description=__doc__,
                                      usage="%(prog)s --config CFG --seeds S [S ...] [options] [fit overrides]",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -159,7 +382,8 @@ def main(argv: list[str] | None = None) -> dict:
     stem = os.path.splitext(os.path.basename(args.config[-1]))[0]
     out = args.out or os.path.join("runs", "seeds", stem)
     try:
-        folders = run_seeds(args.config, args.seeds, out, args.parallel, overrides)
+        settings = fit_settings([a for c in args.config for a in ("--config", c)] + overrides, drop=PER_SEED_KEYS)
+        folders = run_seeds(args.config, args.seeds, out, args.parallel, overrides, settings)
         summary = summarise(folders, args.metric)
     except (ValueError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)

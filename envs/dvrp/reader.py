@@ -68,6 +68,12 @@ def read_instance_file(path: str) -> dict[str, np.ndarray | float | str]:
     checks = [("demand", "demand", demand < 0, "is negative"),
               ("service time", "service", service < 0, "is negative"),
               ("time window", "time_window", due < ready, "closes before it opens"),
+              ("time window", "time_window", (due <= ready) & (np.arange(n) > 0),
+               "is empty (it opens when it closes: a customer's window must be open for a positive time)"),
+              ("time window", "time_window", (np.arange(n) == 0) & (due <= 0),
+               "closes at time 0 (the day has no time to serve anyone)"),
+              ("time window", "time_window", (ready >= due[0]) & (np.arange(n) > 0),
+               f"opens when the depot has closed (at {due[0]:g})"),
               ("demand", "demand", demand > capacity, f"is above the capacity {capacity:g}")]
     if capacity <= 0:
         raise ValueError(f"instance file {path!r}, line {_line(path, ext, 'capacity', 0)}: the capacity "

@@ -121,6 +121,7 @@ class RLDataModule(L.LightningDataModule):
         self.control: EnvControl | None = None
         self.self_play: bool | None = None  # None: no callbacks.SelfPlay in the run (see set_self_play)
         self.stop_request: str | None = None  # the signal that asked training to stop (request_stop)
+        self.expected_world_size = 1  # ranks, before the trainer is attached (check_budget)
         self._collector: Iterator | None = None
 
     # ------------------------------------------------------------------ envs
@@ -351,15 +352,35 @@ class RLDataModule(L.LightningDataModule):
         raise NotImplementedError
 
     @property
+    def world_size(self) -> int:
+        """The ranks that collect (the trainer's world size; before the fit, :attr:`expected_world_size`)."""
+        return self.trainer.world_size if self.trainer is not None else self.expected_world_size
+
+    def check_budget(self, world_size: int) -> None:
+        """Check, before any work, that ``total_frames`` gives at least one training step on ``world_size`` ranks.
+
+        Raises:
+            ValueError: no training step would run (names ``total_frames``, the batch and any warm-up).
+        """
+        self.expected_world_size = int(world_size)
+        if self.num_training_steps() > 0:
+            return
+        warmup = getattr(self, "init_random_frames", 0)
+        raise ValueError(f"data.init_args.total_frames={self.total_frames} gives no update: the run collects whole "
+                         f"batches of data.init_args.frames_per_batch={self.frames_per_batch} frames per rank"
+                         + (f" and updates after data.init_args.init_random_frames={warmup} frames" if warmup else "")
+                         + f"; raise total_frames above {max(warmup, self.frames_per_batch * self.world_size)}")
+
+    @property
     def num_batches(self) -> int:
         """Collected batches per rank in the whole run (``total_frames`` rounded up to whole batches)."""
-        world = self.trainer.world_size if self.trainer is not None else 1
+        world = self.world_size
         return -(-self.total_frames // (self.frames_per_batch * world))
 
     @property
     def planned_frames(self) -> int:
         """Frames the run collects over all ranks: ``total_frames`` rounded up to whole batches."""
-        world = self.trainer.world_size if self.trainer is not None else 1
+        world = self.world_size
         return self.num_batches * self.frames_per_batch * world
 
     def num_training_steps(self) -> int:

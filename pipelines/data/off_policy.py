@@ -162,7 +162,7 @@ class OffPolicyDataModule(RLDataModule):
 
     def num_training_steps(self) -> int:
         """Training steps of the whole run: collected batches after the warm-up times :attr:`steps_per_batch`."""
-        world = self.trainer.world_size if self.trainer is not None else 1
+        world = self.world_size
         warmup = self.init_random_frames // (self.frames_per_batch * world)  # batches with frames <= warm-up
         return max(self.num_batches - warmup, 0) * self.steps_per_batch
 

@@ -260,6 +260,24 @@ def _solomon_with(tmp_path: Path, node: int, column: int, value: str) -> tuple[P
     return path, row + 1
 
 
+@pytest.mark.parametrize("node,ready,due,message", [
+    (3, None, "same", "time window of node 3 .* is empty"),
+    (0, None, "0", "time window of node 0 .* closes at time 0"),
+    (3, "2000", "2100", "time window of node 3 .* opens when the depot has closed"),
+])
+def test_windows_the_env_cannot_serve_are_rejected(tmp_path, node, ready, due, message):
+    """A customer window of zero width, a depot that closes at time 0 and a window opening after the depot closes
+    (the env crashed on the first two mid-run)."""
+    path, line = _solomon_with(tmp_path, node, 4, ready) if ready else _solomon_with(tmp_path, node, 4, "0")
+    lines = path.read_text().splitlines()
+    fields = lines[line - 1].split()
+    fields[5] = fields[4] if due == "same" else due
+    lines[line - 1] = "  ".join(fields)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=rf"bad\.txt', line {line}: the {message}"):
+        read_instance_file(str(path))
+
+
 @pytest.mark.parametrize("column,value,message", [
     (1, "nan", "'nan' is not a finite number"),
     (4, "inf", "'inf' is not a finite number"),

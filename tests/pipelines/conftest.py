@@ -29,7 +29,7 @@ def hockey_dqn_config(tmp_path: Path, callbacks: list[dict]) -> str:
                                        "init_args": {"discrete_actions": True, "max_steps": 40, "max_steps_train": 40}},
                                "num_envs": 8, "frames_per_batch": 64, "total_frames": 2560, "buffer_size": 10000,
                                "batch_size": 32, "utd_ratio": 1, "init_random_frames": 64, "seed": 0}},
-        "trainer": {"accelerator": "cpu", "devices": 1, "max_epochs": 1, "enable_progress_bar": False,
+        "trainer": {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False,
                     "enable_model_summary": False,
                     "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
                                "init_args": {"save_dir": str(tmp_path), "name": "hockey"}},

@@ -95,6 +95,7 @@ def test_checkpoint_without_config_record_and_other_networks_is_named(smoke_run,
     torch.save(checkpoint, old)
     run = subprocess.run([sys.executable, "-m", "pipelines.fit", "--config", SMOKE, "--ckpt_path", str(old),
                           "--model.init_args.network.init_args.embed_dim=8", "--trainer.logger=false",
+                          "--data.init_args.total_frames=3840",  # (more than it trained: a continuation)
                           "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(REPO)})

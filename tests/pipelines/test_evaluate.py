@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from envs.dvrp.baselines import BASELINES
 from pipelines.evaluate import main
@@ -17,6 +18,7 @@ FIELDS = {"mean_return", "return_se", "mean_plan_cost_km", "mean_served", "mean_
 
 def _evaluate(smoke_run, tmp_path, capsys, *extra: str, ckpt: str | None = None) -> tuple[dict, dict, str]:
     routes = tmp_path / "routes.json"
+    routes.unlink(missing_ok=True)  # (evaluate never overwrites a file)
     main(["--config", SMOKE, "--ckpt_path", ckpt or smoke_run["last"], "--episodes", "12", "--num_envs", "8",
           "--routes_out", str(routes), *extra])
     stdout = capsys.readouterr().out
@@ -145,3 +147,96 @@ def test_evaluate_writes_a_video_of_one_episode(smoke_run, tmp_path, capsys):
           "--video", str(tmp_path / "episode.mp4")])
     assert "video of one episode (30 frames)" in capsys.readouterr().out
     assert imageio.get_reader(str(tmp_path / "episode.mp4")).count_frames() == 30
+
+
+def _fallback_table(ckpt: str, capsys, *extra: str) -> dict:
+    """evaluate's JSON table of ``ckpt`` (the trained policy and ``fallback``, 8 episodes)."""
+    main(["--ckpt_path", ckpt, "--episodes", "8", "--num_envs", "8", "--policies", "fallback", *extra])
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def _run_folder(smoke_run, tmp_path, data: dict, trainer: dict) -> str:
+    """A copy of the smoke run's last checkpoint in ``tmp_path/run/checkpoints`` beside the run's config.yaml with
+    ``data`` and ``trainer`` entries changed; returns the checkpoint."""
+    import shutil
+
+    import yaml
+
+    config = yaml.safe_load((smoke_run["dir"] / "config.yaml").read_text())
+    config["data"]["init_args"].update(data)
+    config["trainer"].update(trainer)
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(config))
+    shutil.copy(smoke_run["last"], tmp_path / "run" / "checkpoints" / "last.ckpt")
+    return str(tmp_path / "run" / "checkpoints" / "last.ckpt")
+
+
+def test_evaluate_under_a_config_with_other_num_envs(smoke_run, tmp_path, capsys):
+    """Issue 38: the checkpoint holds the training envs' resume state (16 rows); a config of another num_envs (here
+    8) plays it all the same, and the same episodes: evaluation restores the env's learned model, not the
+    training's resume positions."""
+    import yaml
+
+    config = yaml.safe_load(open(SMOKE))
+    config["data"]["init_args"]["num_envs"] = 8
+    other = tmp_path / "dvrp_smoke_8.yaml"
+    other.write_text(yaml.safe_dump(config))
+    assert _fallback_table(smoke_run["last"], capsys, "--config", str(other)) == \
+        _fallback_table(smoke_run["last"], capsys, "--config", SMOKE)
+
+
+@pytest.mark.parametrize("data,trainer", [
+    ({"cudagraph_policy": True, "compile_policy": True, "device": "cuda"},
+     {"accelerator": "gpu", "devices": 2, "strategy": "ddp", "precision": "16-mixed"}),
+    ({"workers": 4, "collector": "async"}, {}),
+    ({"workers": 2, "collector": "ray", "ray": {"address": "auto", "num_cpus": 2}}, {"num_nodes": 2}),
+], ids=["gpu_collector", "async_workers", "ray"])
+def test_collector_options_of_other_hardware_do_not_get_in_the_way(smoke_run, tmp_path, capsys, data, trainer):
+    """Issue 38: a run whose config.yaml names collector and trainer options for its own hardware (a CUDA-graph
+    policy on a GPU, DDP, rollout workers, a Ray cluster) is evaluated on this CPU, on the same episodes as under
+    the smoke config."""
+    ckpt = _run_folder(smoke_run, tmp_path, data, trainer)
+    assert _fallback_table(ckpt, capsys) == _fallback_table(smoke_run["last"], capsys, "--config", SMOKE)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_a_cuda_device_without_one_is_one_line(smoke_run):
+    proc = run_module("pipelines.evaluate", "--ckpt_path", smoke_run["last"], "--device", "cuda", timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "error: --device=cuda: this machine has no CUDA devices (use --device cpu)"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_evaluate_plays_on_the_gpu(smoke_run, tmp_path, capsys):
+    """--device cuda: the envs, the trained policy and the baselines play on the GPU (a CPU-trained run)."""
+    table, routes, _ = _evaluate(smoke_run, tmp_path, capsys, "--policies", "fallback", "--device", "cuda")
+    assert set(table) == {"ppo", "fallback"} and all(set(row) == FIELDS for row in table.values())
+    for episode in routes["episodes"]:
+        check_exported_plan(episode)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_run_trained_with_a_cuda_graph_policy_is_evaluated_on_the_cpu(tmp_path, capsys):
+    """Issue 38, on the GPU: the smoke run trained with --data.init_args.cudagraph_policy=true on the GPU, then
+    evaluated on the CPU (its own config.yaml names the GPU options) and on the GPU."""
+    proc = run_module("pipelines.fit", "--config", SMOKE, f"--trainer.logger.init_args.save_dir={tmp_path}",
+                      "--trainer.accelerator=gpu", "--data.init_args.cudagraph_policy=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ckpt = str(tmp_path / "dvrp_smoke" / "version_0" / "checkpoints" / "last.ckpt")
+    on_cpu = _fallback_table(ckpt, capsys)
+    on_gpu = _fallback_table(ckpt, capsys, "--device", "cuda")
+    assert set(on_cpu) == set(on_gpu) == {"ppo", "fallback"}
+
+
+def test_routes_out_never_overwrites_a_file(smoke_run, tmp_path):
+    """Issue 38: an existing --routes_out is refused before any work, one line naming it; the file is kept."""
+    routes = tmp_path / "routes.json"
+    routes.write_text("mine")
+    proc = run_module("pipelines.evaluate", "--ckpt_path", smoke_run["last"], "--episodes", "2", "--num_envs", "2",
+                      "--policies", "fallback", "--routes_out", str(routes), timeout=300)
+    assert proc.returncode == 2 and routes.read_text() == "mine"
+    assert proc.stderr.strip() == (f"error: --routes_out={str(routes)!r} exists: evaluate never overwrites a file "
+                                   f"(remove it or give another name)")
+    assert proc.stdout == ""

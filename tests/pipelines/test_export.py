@@ -121,3 +121,106 @@ def test_reinforce_has_no_step_policy_to_export():
 
     with pytest.raises(NotImplementedError):
         REINFORCEModule(RoutingPolicy()).export_policy()
+
+
+class _Payload:
+    """A pickled object whose loading would run code (weights-only loading refuses it)."""
+
+    def __reduce__(self):
+        return (print, ("the payload ran",))
+
+
+@pytest.mark.parametrize("case", ["empty", "truncated", "garbage", "payload", "not_a_training_checkpoint"])
+def test_an_unreadable_checkpoint_is_one_line(smoke_run, tmp_path, case):
+    """Issue 38: export refuses a file that is no readable training checkpoint as fit and evaluate do: one line
+    naming it, exit 2, nothing written."""
+    import os
+
+    path = tmp_path / f"{case}.ckpt"
+    data = open(smoke_run["last"], "rb").read()
+    if case == "empty":
+        path.write_bytes(b"")
+    elif case == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif case == "garbage":
+        path.write_bytes(os.urandom(4096))
+    elif case == "payload":
+        torch.save({"state_dict": {}, "hyper_parameters": _Payload()}, path)
+    else:
+        torch.save({"weights": torch.zeros(3)}, path)
+    proc = run_module("pipelines.export", "--ckpt_path", str(path), "--out", str(tmp_path / "out" / "p.pt"),
+                      timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "payload ran" not in proc.stdout
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("error: --ckpt_path"), proc.stderr
+    assert f"{case}.ckpt" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# export's CLI in a subprocess, stopped by SIGTERM at a given moment: before the description is written (json.dump),
+# or right after the first file is renamed into place (os.replace)
+STOPPED_EXPORT = """
+import json, os, signal, sys
+import pipelines.export as export
+where = sys.argv[1]
+def stop(real):
+    def call(*args, **kwargs):
+        result = real(*args, **kwargs) if where == "replace" else None
+        os.kill(os.getpid(), signal.SIGTERM)
+        return result if where == "replace" else real(*args, **kwargs)
+    return call
+if where == "dump":
+    json.dump = stop(json.dump)
+else:
+    os.replace = stop(os.replace)
+export.main(sys.argv[2:])
+"""
+
+
+@pytest.mark.parametrize("where", ["dump", "replace"])
+def test_an_interrupted_export_leaves_both_files_or_neither(smoke_run, tmp_path, where):
+    """Issue 38: SIGTERM between the two files: the folder holds neither file (stopped while writing) or both,
+    complete (stopped between the renames: the signal waits for the second); a rerun then works."""
+    import os
+
+    out = tmp_path / "export" / "p.pt"
+    args = ["--ckpt_path", smoke_run["last"], "--out", str(out)]
+    proc = subprocess.run([sys.executable, "-c", STOPPED_EXPORT, where, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode in (143, -15), proc.stderr[-2000:]
+    if where == "dump":
+        assert os.listdir(out.parent) == [], "neither file, and no temporary file"
+        assert "error: export stopped by SIGTERM: nothing written" in proc.stderr
+        rerun = run_module("pipelines.export", *args, timeout=120)
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+    else:
+        assert sorted(os.listdir(out.parent)) == ["p.pt", "p.pt.json"]
+        assert "were written" in proc.stderr
+    assert json.loads((tmp_path / "export" / "p.pt.json").read_text())["file"] == "p.pt"
+    torch.jit.load(str(out))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_a_cuda_device_without_one_is_one_line(smoke_run, tmp_path):
+    proc = run_module("pipelines.export", "--ckpt_path", smoke_run["last"], "--out", str(tmp_path / "p.pt"),
+                      "--device", "cuda:0", timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "error: --device=cuda:0: this machine has no CUDA devices (use --device cpu)"
+    assert not (tmp_path / "p.pt").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_export_on_the_gpu(smoke_run, tmp_path):
+    """--device cuda: the policy traced on the GPU plays the module's actions there."""
+    out = tmp_path / "p.pt"
+    description = export(["--ckpt_path", smoke_run["last"], "--out", str(out), "--device", "cuda"])
+    assert description["device"] == "cuda"
+    module = RLModule.load_from_checkpoint(smoke_run["last"]).to("cuda")
+    _, keys = module.export_policy()
+    _, data = load_run(SMOKE, smoke_run["last"], [])
+    scripted = torch.jit.load(str(out))
+    for inputs in _observations(data, keys):
+        inputs = tuple(x.cuda() for x in inputs)
+        with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+            expected = module.collector_policy(_as_td(keys, inputs))["action"]
+        assert torch.equal(scripted(*inputs), expected)

@@ -4,6 +4,8 @@ returns per robot, per-robot or shared Q-networks, and a short run that beats a 
 from __future__ import annotations
 
 import json
+import os
+import re
 
 import pytest
 import torch
@@ -129,10 +131,13 @@ def test_shared_buffer_run_beats_random_cleaning(tmp_path, sharing):
     assert gain > 0.2 and gain > 5 * se, (learned["cleaned_fraction"].mean(), random["cleaned_fraction"].mean())
 
 
-def test_network_robot_count_must_match_the_env(tmp_path):
-    with pytest.raises(ValueError, match="num_agents=3.*env.num_agents=4"):
+def test_network_robot_count_must_match_the_env(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
         main(["--config", VACUUM, "--trainer.enable_progress_bar=false", "--trainer.logger=false",
               f"--trainer.default_root_dir={tmp_path}",
               "--trainer.callbacks=[]", "--model.init_args.network.init_args.num_agents=3",
               "--data.init_args.total_frames=64"])
+    assert stop.value.code == 2
+    assert re.search(r"num_agents=3.*4", capsys.readouterr().err)
+    assert os.listdir(tmp_path) == []  # refused before anything is written
 

@@ -1,0 +1,75 @@
+"""Env <-> algorithm checks before any work: :func:`check_env_fit` builds a throwaway one-row env of the config,
+reads its specs and asks the module whether it can train on them (:meth:`modules.base.RLModule.check_env`: the
+kind and number of actions, the number of agents, the observation entries its networks read).
+
+``pipelines.fit`` calls it while it builds the config's objects, before the logger makes the run folder (Lightning
+makes it before the data module's ``setup``, where the real env is built), so a mismatch ends the run with one
+``error:`` line and exit status 2, and nothing is written."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from envs import EnvConfig, EnvSpecs, make_env
+from modules.base import RLModule
+from pipelines.data import RLDataModule
+
+
+def env_name(config: EnvConfig) -> str:
+    """What messages call ``config``'s env: its gymnasium id or game where it has one, else its class name
+    (``Acrobot-v1``, ``ALE/Pong-v5``, ``VacuumConfig``)."""
+    for key in ("env_id", "game"):
+        value = getattr(config, key, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(config).__name__
+
+
+@contextmanager
+def random_states_kept() -> Iterator[None]:
+    """Run the body and put torch's (CPU), numpy's and Python's global random states back as they were: building
+    a probe env must not change the run's draws (initial weights, exploration) from an unchecked run's."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+def probe_specs(data: RLDataModule) -> EnvSpecs:
+    """The specs of ``data``'s env as the training env will have them (:meth:`RLDataModule.env_specs`), read off a
+    throwaway env of one row seeded ``data.seed``, on the CPU, closed before this returns (stable-retro allows
+    one emulator per process: the real env is built after). The global random states are kept
+    (:func:`random_states_kept`).
+
+    Raises:
+        ValueError: the env's config rejects the build (the env's own message).
+    """
+    with random_states_kept():
+        env = make_env(data.env_config, 1, data.seed)
+        try:
+            return EnvSpecs.of(env, data.num_agents, env_name(data.env_config))
+        finally:
+            env.close()
+
+
+def check_env_fit(model: RLModule, data: RLDataModule) -> None:
+    """Check that ``model`` can train on ``data``'s env, before any work: :meth:`RLModule.check_env` on
+    :func:`probe_specs`. A module that checks nothing (the base's ``check_env``, e.g. REINFORCE on whole problems)
+    builds no probe env.
+
+    Raises:
+        ValueError: the module's one-line message naming the config key and both sides (e.g.
+            ``model.init_args.network.init_args.num_actions=2 but the env (Acrobot-v1) has 3 discrete actions:
+            remove num_actions to take it from the env``).
+    """
+    if type(model).check_env is RLModule.check_env:
+        return
+    model.check_env(probe_specs(data))
