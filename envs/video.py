@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import os
+import tempfile
 from collections.abc import Callable
 
 import numpy as np
@@ -56,8 +59,12 @@ def write_video(path: str, frames: list[np.ndarray], fps: float = 25.0) -> None:
     """Write ``frames`` (``[H, W, 3]`` uint8, one size) to ``path``: ``.mp4`` (H.264, one video frame per frame)
     or ``.gif`` (looping; Pillow merges identical consecutive frames into one that lasts as long).
 
+    The file appears whole or not at all: it is written to a temporary file in its folder and renamed.
+
     Raises:
         ValueError: another extension, or no frames.
+        OSError: the file could not be written (a full disk is ``ENOSPC`` naming ``path``, whatever the encoder
+            said); nothing is left behind.
     """
     extension = os.path.splitext(path)[1].lower()
     if extension not in FORMATS or not frames:
@@ -65,13 +72,36 @@ def write_video(path: str, frames: list[np.ndarray], fps: float = 25.0) -> None:
                          f"(got {len(frames)})")
     import imageio.v2 as imageio
 
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
     if extension == ".mp4":  # H.264 in yuv420p needs even sizes: repeat the last row / column where odd
         frames = [np.pad(f, ((0, f.shape[0] % 2), (0, f.shape[1] % 2), (0, 0)), mode="edge") for f in frames]
-    if extension == ".gif":
-        imageio.mimwrite(path, frames, format="GIF", duration=1000.0 / fps, loop=0)
-    else:  # macro_block_size 1: imageio resizes nothing
-        imageio.mimwrite(path, frames, format="FFMPEG", fps=fps, macro_block_size=1)
+    fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=extension, dir=folder)
+    os.close(fd)
+    try:
+        if extension == ".gif":  # encoded in memory, then written: a write error is the OS's own
+            data = gif_bytes(frames, fps)
+            with open(temp, "wb") as f:
+                f.write(data)
+        else:  # macro_block_size 1: imageio resizes nothing
+            imageio.mimwrite(temp, frames, format="FFMPEG", fps=fps, macro_block_size=1, ffmpeg_log_level="quiet")
+            # imageio does not hear of ffmpeg's failed writes (a full disk leaves a truncated file): count them back
+            try:
+                with imageio.get_reader(temp, format="FFMPEG") as reader:
+                    written = reader.count_frames()
+            except OSError:  # no readable video at all ("Could not load meta information")
+                written = 0
+            if written != len(frames):
+                raise RuntimeError(f"ffmpeg wrote {written} of {len(frames)} frames")
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except Exception as err:
+        with contextlib.suppress(OSError):
+            os.remove(temp)
+        stats = os.statvfs(folder)
+        if not isinstance(err, OSError) and stats.f_bavail * stats.f_frsize < (1 << 20):  # ffmpeg's "broken pipe"
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path) from err
+        raise
 
 
 def gif_bytes(frames: list[np.ndarray], fps: float = 10.0) -> bytes:

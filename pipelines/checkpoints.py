@@ -19,6 +19,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch import nn
 
 from envs import EnvConfig
+from pipelines.settings import MISSING, settings_diff
 
 _ENTRY_KEYS = ("class_path", "config", "weights_prefix")
 
@@ -165,9 +166,9 @@ def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...]
     trained = checkpoint.get(CONFIG_KEY)
     if isinstance(trained, dict):
         for entry in keys:
-            difference = _first_difference(_get(trained, entry), _get(config, entry), ".".join(entry))
-            if difference is not None:
-                key, was, now = difference
+            differences = settings_diff(_get(trained, entry), _get(config, entry), ".".join(entry))
+            if differences:
+                key, was, now = (None if v is MISSING else v for v in differences[0])
                 raise ValueError(f"--ckpt_path={path!r} was trained with another config: {key}={was!r} there, "
                                  f"{now!r} in this config")
         return _frames(checkpoint)
@@ -242,23 +243,6 @@ def _get(tree: object, keys: tuple[str, ...]) -> object:
     for key in keys:
         tree = tree.get(key) if isinstance(tree, dict) else None
     return tree
-
-
-def _first_difference(was: object, now: object, key: str) -> tuple[str, object, object] | None:
-    """The first dotted key at which two plain-data trees differ, with both values."""
-    if isinstance(was, dict) and isinstance(now, dict):
-        for sub in [*was, *(k for k in now if k not in was)]:
-            difference = _first_difference(was.get(sub), now.get(sub), f"{key}.{sub}")
-            if difference is not None:
-                return difference
-        return None
-    if isinstance(was, list) and isinstance(now, list) and len(was) == len(now):
-        for i, (a, b) in enumerate(zip(was, now)):
-            difference = _first_difference(a, b, f"{key}[{i}]")
-            if difference is not None:
-                return difference
-        return None
-    return None if was == now else (key, was, now)
 
 
 def attach_env_models(config: EnvConfig) -> None:

@@ -22,6 +22,9 @@ QUIET_WARNINGS = (
     (r"You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not resumable",
      "the data modules save and restore their own stream (RLDataModule.state_dict): a resumed run is exact, "
      "tests/pipelines/test_resume.py"),
+    (r"Checkpoint directory .* exists and is not empty",
+     "a run resumed in its own folder saves beside its earlier checkpoints (a new run's folder is new, and one "
+     "run at a time writes a folder: pipelines.run_config.lock_run_folder)"),
     (r"LightningCLI's args parameter is intended",
      "pipelines.evaluate, seeds and tune hand LightningCLI the run's own argument list while sys.argv holds theirs"),
 )

@@ -28,7 +28,7 @@ another ``num_envs``).
 Everything plays on ``--device`` (default ``cpu``), whatever the run trained on: the config's collector and
 trainer options for its own hardware (``data.workers``, ``collector``, ``ray``, ``compile_policy``,
 ``cudagraph_policy``, ``device``; ``trainer.accelerator``, ``devices``, ``strategy``, ``num_nodes``,
-``precision``) are set aside (:data:`PLAY_HERE`). ``--routes_out`` never overwrites a file (checked before any
+``precision``) are set aside (:data:`PLAY_HERE`). ``--routes_out`` and ``--video`` never overwrite a file (checked before any
 work). A wrong option, config, checkpoint or device ends with one line on stderr, exit status 2.
 """
 
@@ -277,8 +277,9 @@ def main(argv: list[str] | None = None) -> dict:
     """The command line (see the module docstring); returns the JSON table it prints last.
 
     Raises:
-        SystemExit: 2, for a wrong option, config, checkpoint or ``--device``, or an existing ``--routes_out`` (one
-            line on stderr, before any episode is played).
+        SystemExit: 2, for a wrong option, config, checkpoint or ``--device``, or an existing ``--routes_out`` or
+            ``--video`` (one line on stderr, before any episode is played); 1 when the video cannot be written (after
+            the tables and the JSON line).
     """
     parser = CommandParser(prog="python -m pipelines.evaluate", description=__doc__,
                             usage="%(prog)s --ckpt_path CKPT [options] [--model.<key>=... --data.<key>=...]",
@@ -317,9 +318,10 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error(f"--video {args.video!r}: a {' or '.join(FORMATS)} file")
     if args.compare_config is not None and args.compare_ckpt is None:
         parser.error("--compare_config needs --compare_ckpt (the second run's checkpoint)")
-    if args.routes_out is not None and os.path.lexists(args.routes_out):
-        config_exit(ValueError(f"--routes_out={args.routes_out!r} exists: evaluate never overwrites a file (remove it "
-                               f"or give another name)"))
+    for option, path in (("--routes_out", args.routes_out), ("--video", args.video)):
+        if path is not None and os.path.lexists(path):
+            config_exit(ValueError(f"{option}={path!r} exists: evaluate never overwrites a file (remove it or give "
+                                   f"another name)"))
     try:
         device = resolve_device(args.device)
     except ValueError as err:
@@ -370,13 +372,20 @@ def main(argv: list[str] | None = None) -> dict:
             with open(args.routes_out, "w") as f:
                 json.dump({"policy": name, "episodes": results[name]["plans"]}, f)
             print(f"routes of {len(results[name]['plans'])} episodes written to {args.routes_out}")
+    failed = None
     if args.video is not None:
         values = next(iter(settings.values())) if settings else None
-        count = record_video(config, policies[name][1], args.video, args.seed, values, args.video_fps, device)
-        print(f"video of one episode ({count} frames) written to {args.video}")
+        try:
+            count = record_video(config, policies[name][1], args.video, args.seed, values, args.video_fps, device)
+            print(f"video of one episode ({count} frames) written to {args.video}")
+        except OSError as err:  # a full disk, a folder it cannot write: the table above still stands
+            failed = f"error: cannot write the video {err.filename or args.video}: {err.strerror or err}"
     table = rounded(table)
     print(json.dumps(table))
     sys.stdout.flush()
+    if failed:
+        print(failed, file=sys.stderr)
+        raise SystemExit(1)
     return table
 
 

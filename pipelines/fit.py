@@ -2,8 +2,13 @@
 
 LightningCLI over ``model`` (an ``RLModule`` subclass), ``data`` (an ``RLDataModule`` subclass) and
 ``trainer``; ``--print_config`` prints the resolved run, ``--ckpt_path`` resumes one (in its own run folder
-when the checkpoint is in it: :func:`pipelines.run_config.resume_in_place`). The resolved config is saved in the
-run folder.
+when the checkpoint is in it: :func:`pipelines.run_config.resume_in_place`), or continues a finished one up to a
+larger ``data.total_frames`` (the budget is the only one: :func:`pipelines.run_config.frames_budget`). The resolved
+config is saved in the run folder. Before anything is built or written, the config's files are bounded
+(:func:`pipelines.parser.check_config_inputs`), what it names is checked against the import policy
+(:mod:`pipelines.import_policy`), and the env against the algorithm (:func:`pipelines.compatibility.check_env_fit`);
+a user error is one line on stderr, exit status 2 (:class:`pipelines.parser.FitArgumentParser`). A full disk or a
+run folder it cannot write ends the run with one line, exit status 1.
 ``num_threads``, ``float32_matmul_precision`` and ``flush_denormal`` are applied here, once, before anything is built.
 
 A run that stops early ends with a non-zero exit status and its rollout workers stopped: 130 after
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import errno
 import faulthandler
+import json
 import os
 import signal
 import sys
@@ -54,7 +60,7 @@ from pipelines.console import quiet_console, run_summary  # noqa: E402
 from pipelines.data import RLDataModule, StopRequested  # noqa: E402
 from pipelines.import_policy import HELP as IMPORT_HELP  # noqa: E402
 from pipelines.import_policy import check_env_ids, restrict_class_paths  # noqa: E402
-from pipelines.parser import FitArgumentParser, check_config_inputs  # noqa: E402
+from pipelines.parser import FitArgumentParser, check_config_inputs, one_line  # noqa: E402
 from pipelines.run_config import (LOCK_FILE, add_default_callbacks, frames_budget, lock_run_folder, place_outputs,  # noqa: E402
                                   resume_in_place, share_seed)
 
@@ -125,9 +131,6 @@ class FitCLI(LightningCLI):
         share_seed(self.config)
         try:
             place_outputs(self.config.trainer)
-        except ValueError as err:
-            config_exit(err)
-        try:
             frames_budget(self.config.trainer)
             check_env_ids(self.config)
         except ValueError as err:
@@ -250,6 +253,51 @@ def plain_config(parser, config: Namespace) -> dict:
     return yaml.safe_load(parser.dump(config, skip_unset=False, skip_validation=True))
 
 
+class _ParseOnlyCLI(FitCLI):
+    """``pipelines.fit``'s command line, parsed and checked by its own parser (every key, type and class path),
+    with nothing seeded, built or written."""
+
+    def _set_seed(self) -> None:
+        pass
+
+    def before_instantiate_classes(self) -> None:
+        pass
+
+    def instantiate_classes(self) -> None:
+        pass
+
+
+def fit_settings(args: list[str], drop: tuple[str, ...] = ()) -> dict:
+    """The settings ``pipelines.fit <args>`` runs with, resolved by its own parser without building anything: the
+    config files' contents merged, the overrides applied and every default filled in, as plain data (what the run's
+    ``config.yaml`` holds before ``pipelines.fit`` adds its per-run entries), less the dotted keys in ``drop``.
+
+    This is what tells two runs' settings apart, rather than the config files' text or the ``config.yaml`` a fit
+    writes: two spellings of one setting (``--model.lr=0.001`` and ``--model.init_args.lr=1.0e-3``, a value written
+    in the file or left to its default) resolve the same; a changed config file's content counts (not its path),
+    and so does a changed default in the code; and the new settings are known before any fit starts (a fit's
+    ``config.yaml`` also holds what it adds per run: seeds shared from ``seed_everything``, its output folders).
+
+    Raises:
+        ValueError: the fit's parser refused ``args`` (one line naming the key), or a config file it refused.
+    """
+    try:
+        cli = _ParseOnlyCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                            auto_configure_optimizers=False, args=list(args),
+                            parser_kwargs={"exit_on_error": False})
+    except argparse.ArgumentError as err:
+        raise ValueError(one_line(str(err)) or " ".join(str(err).split())) from None
+    settings = plain_config(cli.parser, cli.config)
+    for key in drop:
+        *parents, last = key.split(".")
+        node = settings
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+    return json.loads(json.dumps(settings))  # as a settings.json file gives it back
+
+
 def config_exit(err: Exception) -> None:
     """End the run on a bad config value or file: its one message on stderr, exit status 2."""
     print(f"error: {err}", file=sys.stderr)
@@ -304,16 +352,15 @@ def main(args: list[str] | None = None, callbacks: list | None = None) -> FitCLI
         config_exit(err)
     except SIGTERMException:  # Lightning's own check, at the end of a training step
         _stopped(cli, "SIGTERM")
-    except RuntimeError as err:  # a checkpoint (without a config record) whose weights fit other networks
+    except (OSError, RuntimeError) as err:
+        # a checkpoint (without a config record) whose weights fit other networks
         mismatch = weights_mismatch(err, cli.config.ckpt_path) if cli.config.ckpt_path is not None else None
-        if mismatch is None:
+        if mismatch is not None:
+            config_exit(mismatch)
+        message = write_error(err)  # a full disk, a folder it cannot write, no shared memory for the workers
+        if message is None:
             raise
-        config_exit(mismatch)
-    except OSError as err:
-        if err.errno not in WRITE_ERRORS:
-            raise
-        print(f"error: cannot write {err.filename or 'the run folder'}: {err.strerror} (the run stopped; checkpoints "
-              f"written before are kept)", file=sys.stderr, flush=True)
+        print(f"error: {message} (the run stopped; checkpoints written before are kept)", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
     except SystemExit as stop:  # Lightning's answer to KeyboardInterrupt (a second SIGINT): sys.exit(1)
         if cli.trainer.state.status == TrainerStatus.INTERRUPTED:
@@ -326,6 +373,31 @@ def main(args: list[str] | None = None, callbacks: list | None = None) -> FitCLI
     if cli.trainer.is_global_zero:
         print(run_summary(cli.trainer, cli.model, started), flush=True)
     return cli
+
+
+SHARED_MEMORY = "/dev/shm"  # where multiprocessing's semaphores and torch's shared tensors live (Linux)
+
+
+def write_error(err: BaseException) -> str | None:
+    """The one line for a run that could not write: a file (a full disk, a read-only or forbidden folder: the
+    file named), or the shared memory its rollout workers need (``/dev/shm`` full, as in a container's default
+    64 MB: named with its size); None for any other error.
+
+    The shared memory is recognised by an ``ENOSPC`` that names no file (multiprocessing's semaphores) or torch's
+    ``unable to ... shared memory`` error."""
+    if isinstance(err, OSError) and err.errno in WRITE_ERRORS and err.filename:
+        return f"cannot write {err.filename}: {err.strerror}"
+    shm = (isinstance(err, OSError) and err.errno == errno.ENOSPC) or (
+        isinstance(err, RuntimeError) and "shared memory" in str(err))
+    if not shm:
+        return None
+    try:
+        stats = os.statvfs(SHARED_MEMORY)
+        size = f" ({stats.f_bavail * stats.f_frsize / 2**20:,.1f} of {stats.f_blocks * stats.f_frsize / 2**20:,.1f} MiB free)"
+    except OSError:
+        size = ""
+    return (f"no shared memory left in {SHARED_MEMORY}{size} for the rollout workers: enlarge it (docker run "
+            f"--shm-size=2g) or collect in this process (data.init_args.workers: 0)")
 
 
 def _continue_in(cli: FitCLI, folder: str, frames: int) -> None:

@@ -16,7 +16,6 @@ accepted files only, so nothing it opens can block or grow without bound.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import stat

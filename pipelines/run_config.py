@@ -19,12 +19,17 @@ def add_default_callbacks(trainer: Namespace) -> None:
     a run whose updates keep being non-finite) and ``pipelines.checkpoints.AtomicCheckpointIO`` (checkpoints
     written atomically). TensorBoard gets its hyper-parameters from :func:`pipelines.board.write_run_header`
     (the resolved config: the model's, the data pipeline's and the env's settings), so Lightning's own logging of
-    the module's (``enable_autolog_hparams``) and its ``hp_metric`` placeholder (a constant -1) are off."""
+    the module's (``enable_autolog_hparams``) and its ``hp_metric`` placeholder (a constant -1) are off. With
+    ``enable_progress_bar: false`` the config's ``callbacks.FrameProgressBar`` is left out (Lightning refuses a
+    progress bar callback then)."""
     trainer.enable_autolog_hparams = False
     for logger in trainer.get("logger") if isinstance(trainer.get("logger"), list) else [trainer.get("logger")]:
         if isinstance(logger, Namespace) and str(logger.get("class_path", "")).endswith("TensorBoardLogger"):
             logger.init_args.default_hp_metric = False
     callbacks = trainer.get("callbacks") or []
+    if trainer.get("enable_progress_bar") is False:  # no bar asked for: the config's frame bar goes (Lightning refuses both)
+        callbacks = trainer.callbacks = [c for c in callbacks if not (
+            isinstance(c, Namespace) and str(c.get("class_path", "")).endswith("FrameProgressBar"))]
     if not any(isinstance(c, Namespace) and str(c.get("class_path", "")).endswith("NonFiniteGuard") for c in callbacks):
         trainer.callbacks = [*callbacks, Namespace(class_path="callbacks.NonFiniteGuard",
                                                    init_args=Namespace(max_consecutive=100))]

@@ -15,7 +15,7 @@ mean. The last stdout line is one JSON object (also written to ``DIR/summary.jso
 A seed whose folder holds a finished run (``DIR/seed_<S>/finished``) is read, not run again, so a study can be
 extended with more seeds or continued after an interruption, but only under the same settings: each seed's folder
 and the study's record the settings they were run with (``settings.json``: the fit's settings as ``pipelines.fit``
-resolves them, :func:`fit_settings`), and a folder run with other settings stops the command before anything
+resolves them, :func:`pipelines.fit.fit_settings`), and a folder run with other settings stops the command before anything
 starts, naming the keys that differ (exit status 2; use another ``--out``). A folder holding an unfinished run is
 refused (resume it with ``pipelines.fit --ckpt_path`` or remove it).
 
@@ -46,117 +46,24 @@ set_wait_policy()  # before torch is imported (pipelines/threads.py)
 
 import numpy as np  # noqa: E402
 
-from modules.base import RLModule  # noqa: E402
 from pipelines.console import rounded  # noqa: E402
-from pipelines.data import RLDataModule  # noqa: E402
-from pipelines.fit import FitCLI, plain_config  # noqa: E402
-from pipelines.parser import one_line  # noqa: E402
-from pipelines.run_config import FIT_KEYS, parse_with_fit_keys  # noqa: E402
+from pipelines.fit import fit_settings  # noqa: E402
+from pipelines.run_config import FIT_KEYS, CommandParser, parse_with_fit_keys  # noqa: E402
 from pipelines.scalars import read_scalars  # noqa: E402
+from pipelines.settings import (SETTINGS_FILE, SettingsMismatch, describe_diff, read_settings,  # noqa: E402
+                                settings_diff, write_settings)
 
 FALLBACK_METRIC = "rollout/episode_return"
-SETTINGS_FILE = "settings.json"  # the settings a seed's run (in its folder) or the study (in DIR) was made with
 PER_SEED_KEYS = ("seed_everything", "trainer.default_root_dir")  # settings that differ between seeds by design
 STOP_WAIT_S = 60.0  # seconds the fits get to stop after a handed-on signal (their own deadline: fit.STOP_GRACE_S)
-_MISSING = object()  # a key one of two settings lacks
 
 
-class SettingsMismatch(ValueError):
-    """A folder (a seed's run, a study) that was made under other settings (the message names the keys)."""
+class _Stopped(Exception):
+    """The fits were stopped by signal ``signum`` (handed on to them)."""
 
-
-class _ParseOnlyCLI(FitCLI):
-    """``pipelines.fit``'s command line, parsed and checked by its own parser (every key, type and class path),
-    with nothing seeded, built or written."""
-
-    def _set_seed(self) -> None:
-        pass
-
-    def before_instantiate_classes(self) -> None:
-        pass
-
-    def instantiate_classes(self) -> None:
-        pass
-
-
-def fit_settings(args: list[str], drop: tuple[str, ...] = ()) -> dict:
-    """The settings ``pipelines.fit <args>`` runs with, resolved by its own parser without building anything: the
-    config files' contents merged, the overrides applied and every default filled in, as plain data (what the run's
-    ``config.yaml`` holds before ``pipelines.fit`` adds its per-run entries), less the dotted keys in ``drop``.
-
-    This is what tells two runs' settings apart, rather than the config files' text or the ``config.yaml`` a fit
-    writes: two spellings of one setting (``--model.lr=0.001`` and ``--model.init_args.lr=1.0e-3``, a value written
-    in the file or left to its default) resolve the same; a changed config file's content counts (not its path),
-    and so does a changed default in the code; and the new settings are known before any fit starts (a fit's
-    ``config.yaml`` also holds what it adds per run: seeds shared from ``seed_everything``, its output folders).
-
-    Raises:
-        ValueError: the fit's parser refused ``args`` (one line naming the key), or a config file it refused.
-    """
-    try:
-        cli = _ParseOnlyCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
-                            auto_configure_optimizers=False, args=list(args),
-                            parser_kwargs={"exit_on_error": False})
-    except argparse.ArgumentError as err:
-        raise ValueError(one_line(str(err)) or " ".join(str(err).split())) from None
-    settings = plain_config(cli.parser, cli.config)
-    for key in drop:
-        *parents, last = key.split(".")
-        node = settings
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(last, None)
-    return json.loads(json.dumps(settings))  # as a settings.json file gives it back
-
-
-def settings_diff(there: Any, now: Any, key: str = "") -> list[tuple[str, Any, Any]]:
-    """The dotted keys (list entries as ``key[i]``) whose values differ between two settings, with both values
-    (a key one side lacks has :data:`_MISSING` there), in the order of ``now``'s keys."""
-    if isinstance(there, dict) and isinstance(now, dict):
-        diffs = []
-        for name in [*now, *(k for k in there if k not in now)]:
-            diffs += settings_diff(there.get(name, _MISSING), now.get(name, _MISSING),
-                                   f"{key}.{name}" if key else str(name))
-        return diffs
-    if isinstance(there, list) and isinstance(now, list) and len(there) == len(now):
-        return [d for i, (a, b) in enumerate(zip(there, now)) for d in settings_diff(a, b, f"{key}[{i}]")]
-    return [] if there == now and type(there) is type(now) else [(key, there, now)]
-
-
-def describe_diff(diffs: list[tuple[str, Any, Any]], most: int = 6) -> str:
-    """``key=<value there> there, <value now> now`` for the first ``most`` differences, on one line."""
-
-    def show(value: Any) -> str:
-        text = "unset" if value is _MISSING else json.dumps(value)
-        return text if len(text) <= 80 else text[:77] + "..."
-
-    parts = [f"{key}={show(a)} there, {show(b)} now" for key, a, b in diffs[:most]]
-    return "; ".join(parts) + (f"; and {len(diffs) - most} more keys" if len(diffs) > most else "")
-
-
-def read_settings(folder: str) -> dict | None:
-    """The settings recorded in ``folder/settings.json``, or None when it records none.
-
-    Raises:
-        ValueError: the file is not readable JSON (names it).
-    """
-    path = os.path.join(folder, SETTINGS_FILE)
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path} is not a readable settings record ({err}); use another --out") from None
-
-
-def _write_settings(folder: str, settings: dict) -> None:
-    """``folder/settings.json``, written whole or not at all (a temporary file renamed)."""
-    path = os.path.join(folder, SETTINGS_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump(settings, f, indent=1)
-    os.replace(path + ".tmp", path)
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def check_settings(out: str, folders: dict[int, str], settings: dict) -> None:
@@ -199,7 +106,7 @@ def fit_command(configs: list[str], seed: int, folder: str, overrides: list[str]
 
 def run_seeds(configs: list[str], seeds: list[int], out: str, parallel: int, overrides: list[str],
               settings: dict) -> dict[int, str]:
-    """Fit every seed not finished yet under ``settings`` (:func:`fit_settings` of the fit's command line without
+    """Fit every seed not finished yet under ``settings`` (:func:`pipelines.fit.fit_settings` of the fit's command line without
     its per-seed keys), ``parallel`` at once; returns ``{seed: folder}``. A finished seed run under the same
     settings is read back (and says so). Each seed's folder and ``out`` record ``settings`` before a fit starts.
 
@@ -221,22 +128,24 @@ def run_seeds(configs: list[str], seeds: list[int], out: str, parallel: int, ove
             print(f"seed {seed}: finished under the same settings, read back", file=sys.stderr, flush=True)
     os.makedirs(out, exist_ok=True)
     if read_settings(out) is None:
-        _write_settings(out, settings)
-    failed, signum = _run(configs, todo, folders, parallel, overrides, settings)
-    if signum is not None:
+        write_settings(out, settings)
+    try:
+        failed = _run(configs, todo, folders, parallel, overrides, settings)
+    except _Stopped as stopped:
+        signum = stopped.signum
         done = [seed for seed in seeds if os.path.isfile(os.path.join(folders[seed], "finished"))]
         print(f"stopped by {signal.Signals(signum).name}; finished seeds: {done or 'none'} (the same command reads "
               f"them back); an unfinished seed's folder holds its last checkpoint if one was written (resume it with "
               f"pipelines.fit --ckpt_path, or remove it)", file=sys.stderr, flush=True)
-        raise SystemExit(128 + signum)
+        raise SystemExit(128 + signum) from None
     if failed:
         raise RuntimeError("fit failed for " + ", ".join(failed))
     return folders
 
 
 def _run(configs: list[str], todo: list[int], folders: dict[int, str], parallel: int, overrides: list[str],
-         settings: dict) -> tuple[list[str], int | None]:
-    """Start and reap the fits; returns the failed ones' descriptions and the signal that stopped them (or None).
+         settings: dict) -> list[str]:
+    """Start and reap the fits; returns the failed ones' descriptions, or raises :class:`_Stopped` after a signal.
 
     SIGTERM and SIGINT are handed on to every running fit (each is started in its own process group, so it gets a
     terminal's Ctrl+C from here alone, once); then no new fit starts, the running ones get :data:`STOP_WAIT_S`
@@ -267,7 +176,7 @@ def _run(configs: list[str], todo: list[int], folders: dict[int, str], parallel:
             while todo and not signals and len(running) < parallel:
                 seed = todo.pop(0)
                 os.makedirs(folders[seed])
-                _write_settings(folders[seed], settings)
+                write_settings(folders[seed], settings)
                 log = open(os.path.join(folders[seed], "fit.log"), "w")
                 proc = subprocess.Popen(fit_command(configs, seed, folders[seed], overrides), stdout=log,
                                         stderr=subprocess.STDOUT, env=env, process_group=0)
@@ -306,7 +215,9 @@ def _run(configs: list[str], todo: list[int], folders: dict[int, str], parallel:
             proc.wait()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    return failed, (signals[0] if signals else None)
+    if signals:
+        raise _Stopped(signals[0])
+    return failed
 
 
 def summarise(folders: dict[int, str], metric: str | None) -> dict:
@@ -364,9 +275,9 @@ def main(argv: list[str] | None = None) -> dict:
         SystemExit: 2 for a usage error, a fit setting the fit's parser refuses or a folder made under other
             settings; 1 when a fit failed; 128 + the signal's number after SIGTERM / SIGINT.
     """
-    parser = argparse.ArgumentParser(prog="python -m pipelines.seeds", description=__doc__,
-                                     usage="%(prog)s --config CFG --seeds S [S ...] [options] [fit overrides]",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="python -m pipelines.seeds", description=__doc__,
+                           usage="%(prog)s --config CFG --seeds S [S ...] [options] [fit overrides]",
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", action="append", required=True, help="the fit config(s) of the run")
     parser.add_argument("--seeds", type=int, nargs="+", required=True, help="the seeds (seed_everything values)")
     parser.add_argument("--parallel", type=int, default=1, help="fits at once (default 1)")

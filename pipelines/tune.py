@@ -50,8 +50,9 @@ import lightning as L  # noqa: E402
 import yaml  # noqa: E402
 
 from pipelines.console import rounded  # noqa: E402
-from pipelines.run_config import parse_with_fit_keys  # noqa: E402
-from pipelines.seeds import SettingsMismatch, describe_diff, fit_settings, settings_diff  # noqa: E402
+from pipelines.fit import fit_settings  # noqa: E402
+from pipelines.run_config import CommandParser, parse_with_fit_keys  # noqa: E402
+from pipelines.settings import SettingsMismatch, describe_diff, settings_diff  # noqa: E402
 
 KINDS = ("float", "int", "categorical")
 DIRECTIONS = ("maximize", "minimize")
@@ -70,18 +71,29 @@ class StudyError(ValueError):
 
 
 class TrialFailed(Exception):
-    """A trial whose fit stopped with an error or by a signal; ``status`` is the command's exit status."""
+    """Trial ``number``'s fit stopped with an error or by a signal; ``status`` is the command's exit status."""
 
-    def __init__(self, message: str, status: int) -> None:
+    def __init__(self, message: str, status: int, number: int) -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.number = status, number
 
 
 class _QuietFailures(logging.Filter):
-    """Drops Optuna's report of a :class:`TrialFailed` trial (its traceback): the command says it in one line."""
+    """Drops Optuna's report of a :class:`TrialFailed` trial (its traceback, then its value): the command says it in
+    one line."""
+
+    _VALUE = re.compile(r"^Trial (\d+) failed with value ")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.numbers: set[int] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], TrialFailed))
+        if record.exc_info and isinstance(record.exc_info[1], TrialFailed):
+            self.numbers.add(record.exc_info[1].number)
+            return False
+        value = self._VALUE.match(record.getMessage())
+        return not (value and int(value.group(1)) in self.numbers)
 
 
 def read_search(path: str) -> dict:
@@ -194,7 +206,7 @@ def check_trials(configs: list[str], overrides: list[str], parameters: dict, sea
     """Parse, with ``pipelines.fit``'s parser (nothing is built or written), the configs with the overrides, and
     then the config of a trial with every parameter at each of its values (:func:`_values`; row r sets each
     parameter to its r-th value, or its last); returns the study's settings of the config: the fit's resolved
-    settings (:func:`pipelines.seeds.fit_settings`) without ``trainer.default_root_dir`` (a trial's folder) and with
+    settings (:func:`pipelines.fit.fit_settings`) without ``trainer.default_root_dir`` (a trial's folder) and with
     every searched key set to :data:`SEARCHED`.
 
     Raises:
@@ -276,8 +288,7 @@ def open_study(out: str, search: dict, settings: dict, pruner):
 
     path = os.path.abspath(os.path.join(out, "study.db"))
     name = os.path.basename(os.path.abspath(out))
-    existed = os.path.exists(path)
-    if not existed:
+    if not os.path.exists(path):
         os.makedirs(out, exist_ok=True)
     try:
         with warnings.catch_warnings():  # (heartbeats are an experimental feature of Optuna's)
@@ -290,7 +301,8 @@ def open_study(out: str, search: dict, settings: dict, pruner):
             if recorded is None and study.trials:
                 raise StudyError(f"{path} records no settings (it was made before pipelines.tune recorded them): it "
                                  f"cannot be continued under these settings; use another --out")
-            diffs = settings_diff(recorded, settings) if recorded is not None else []
+            diffs = [(key.removeprefix("config."), there, now)  # (the config's keys as a fit names them)
+                     for key, there, now in (settings_diff(recorded, settings) if recorded is not None else [])]
             if diffs:
                 raise SettingsMismatch(f"{path} was made under other settings: {describe_diff(diffs)}; use another "
                                        f"--out")
@@ -342,8 +354,7 @@ def run_study(configs: list[str], search: dict, trials: int, out: str, overrides
         with open(path, "w") as f:
             f.write(text)
         print(f"trial {trial.number}: {values} in {folder}", file=sys.stderr, flush=True)
-        where = f"trial {trial.number} ({folder}, marked FAIL in {os.path.join(out, 'study.db')}; the same command " \
-                f"continues the study)"
+        marked = f"marked FAIL in {os.path.join(out, 'study.db')} (the same command continues the study)"
         try:
             cli = fit(["--config", path], callbacks=[_Pruning(trial, search["metric"])])
         except optuna.TrialPruned:
@@ -351,19 +362,21 @@ def run_study(configs: list[str], search: dict, trials: int, out: str, overrides
         except SystemExit as stop:  # the fit's own ending: its message is above
             status = stop.code if isinstance(stop.code, int) else 1
             if status in (128 + signal.SIGINT, 128 + signal.SIGTERM):
-                raise TrialFailed(f"{where} stopped by {signal.Signals(status - 128).name}", status) from None
-            raise TrialFailed(f"{where} failed: its fit exited with status {status} (its message is above)",
-                              2 if status == 2 else 1) from None
+                raise TrialFailed(f"trial {trial.number} ({folder}) stopped by {signal.Signals(status - 128).name}: "
+                                  f"{marked}", status, trial.number) from None
+            raise TrialFailed(f"trial {trial.number} ({folder}) failed: its fit exited with status {status} (its "
+                              f"message is above); {marked}", 2 if status == 2 else 1, trial.number) from None
         except Exception as err:
             log = os.path.join(folder, "error.log")
             with open(log, "w") as f:
                 f.write(traceback.format_exc())
-            raise TrialFailed(f"{where} failed: {type(err).__name__}: {' '.join(str(err).split())[:300]} "
-                              f"(traceback in {log})", 1) from None
+            raise TrialFailed(f"trial {trial.number} ({folder}) failed: {type(err).__name__}: "
+                              f"{' '.join(str(err).split())[:300]} (traceback in {log}); {marked}", 1,
+                              trial.number) from None
         results = [e[search["metric"]] for e in cli.model.evaluations if search["metric"] in e]
         if not results:
-            raise TrialFailed(f"{where} logged no {search['metric']!r} (does the config evaluate with "
-                              f"callbacks.PolicyEvaluation?)", 2)
+            raise TrialFailed(f"trial {trial.number} ({folder}) logged no {search['metric']!r} (does the config "
+                              f"evaluate with callbacks.PolicyEvaluation?); {marked}", 2, trial.number)
         return float(results[-1])
 
     while len(study.get_trials(deepcopy=False, states=finished)) < trials:
@@ -397,9 +410,9 @@ def main(argv: list[str] | None = None) -> dict:
             the fit refused; 1 when no trial completed or a trial failed otherwise; 130 / 143 for a trial stopped by
             SIGINT / SIGTERM.
     """
-    parser = argparse.ArgumentParser(prog="python -m pipelines.tune", description=__doc__,
-                                     usage="%(prog)s --config CFG --search SEARCH --trials N [options] [fit overrides]",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="python -m pipelines.tune", description=__doc__,
+                           usage="%(prog)s --config CFG --search SEARCH --trials N [options] [fit overrides]",
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", action="append", required=True, help="the fit config(s) of the run")
     parser.add_argument("--search", required=True, help="the search space (configs/search/<run>.yaml)")
     parser.add_argument("--trials", type=int, required=True, help="finished trials the study should have")
@@ -416,6 +429,9 @@ def main(argv: list[str] | None = None) -> dict:
     except TrialFailed as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(err.status) from None
+    except KeyboardInterrupt:  # Ctrl+C between trials (a trial's fit handles its own)
+        print("error: stopped by SIGINT (the same command continues the study)", file=sys.stderr)
+        raise SystemExit(130) from None
     except (FileNotFoundError, ValueError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2 if not isinstance(err, RuntimeError) else 1) from None

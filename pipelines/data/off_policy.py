@@ -180,7 +180,9 @@ class OffPolicyDataModule(RLDataModule):
                 yield self.buffer.sample().reshape(self.utd_ratio, self.batch_size)
                 continue
             for _ in range(self.utd_ratio):
-                sample = self.buffer.sample().unsqueeze(0)
+                # on the device the trainer moves batches to: a TensorDict without one (a buffer restored from a
+                # checkpoint samples those) would reach training_step as a copy, and its td_error never back here
+                sample = self.buffer.sample().unsqueeze(0).to(self.device)
                 yield sample  # the generator resumes after the training step on it (no fetch-ahead)
                 update_priorities(self.buffer, sample[0])
 

@@ -66,3 +66,34 @@ def test_gym_env_without_render_mode_cannot_draw():
 def test_a_video_needs_a_known_extension(tmp_path):
     with pytest.raises(ValueError, match=".mp4 or .gif"):
         write_video(str(tmp_path / "a.avi"), [np.zeros((4, 4, 3), np.uint8)])
+
+
+@pytest.mark.parametrize("extension", [".gif", ".mp4"])
+def test_a_video_that_cannot_be_written_leaves_nothing_and_names_a_full_disk(tmp_path, monkeypatch, extension):
+    """Issue 38: a full disk mid-write (Pillow's OSError for a GIF; for an MP4, ffmpeg's truncated file that imageio
+    reports as written) raises ``ENOSPC`` naming the file, and no partial file is left."""
+    import errno
+    import os
+
+    frames = [np.full((6, 8, 3), i, dtype=np.uint8) for i in range(5)]
+    if extension == ".gif":
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr("envs.video.gif_bytes", lambda *a, **k: b"GIF89a")
+        monkeypatch.setattr("builtins.open", full)
+    else:
+        def truncated(*args, **kwargs):
+            raise OSError("Could not load meta information")
+
+        monkeypatch.setattr(imageio, "get_reader", truncated)
+
+        class Full:
+            f_bavail, f_frsize = 0, 4096
+
+        monkeypatch.setattr("os.statvfs", lambda folder: Full())
+    path = tmp_path / f"episode{extension}"
+    with pytest.raises(OSError) as err:
+        write_video(str(path), frames)
+    assert err.value.errno == errno.ENOSPC and (extension == ".gif" or err.value.filename == str(path))
+    assert os.listdir(tmp_path) == []  # neither the video nor its temporary file

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
 import pytest
 import yaml
 
@@ -45,7 +46,8 @@ def hockey_dqn_config(tmp_path: Path, callbacks: list[dict]) -> str:
 
 def run_module(module: str, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m module args`` from the repo root; returns the completed process (text output)."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)  # (keep the caller's)
+    full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env=full_env)
 
@@ -59,3 +61,15 @@ def smoke_run(tmp_path_factory) -> dict:
     log_dir = out / "dvrp_smoke" / "version_0"
     return {"dir": log_dir, "last": str(log_dir / "checkpoints" / "last.ckpt"), "stdout": proc.stdout, "stderr": proc.stderr,
             "events": glob.glob(str(log_dir / "events.out.tfevents.*"))}
+
+
+class AtTrainStart(L.Callback):
+    """Calls ``read(trainer, module)`` at ``on_train_start`` (after a resume has restored everything, before the
+    first collection) and keeps what it returns in ``value``: what a resumed run starts from, read before it
+    trains on (a resume must train at least one batch: ``pipelines.fit`` refuses a budget already spent)."""
+
+    def __init__(self, read) -> None:
+        self.read, self.value = read, None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.value = self.read(trainer, pl_module)

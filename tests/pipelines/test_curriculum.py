@@ -10,7 +10,7 @@ from callbacks.curriculum import CurriculumPhases
 from envs.hockey import MODES, OPPONENTS
 from pipelines.fit import main
 from tests.conftest import periodic_checkpoints
-from tests.pipelines.conftest import hockey_dqn_config
+from tests.pipelines.conftest import AtTrainStart, hockey_dqn_config
 
 PHASES = [
     {"name": "shooting", "settings": {"mode": "TRAIN_SHOOTING", "opponent": "static", "w_touch": 1.0},
@@ -30,7 +30,11 @@ def _config(tmp_path, phases, every: int = 320) -> str:
 
 
 def _curriculum(cli) -> CurriculumPhases:
-    return next(c for c in cli.trainer.callbacks if isinstance(c, CurriculumPhases))
+    return _curriculum_of(cli.trainer)
+
+
+def _curriculum_of(trainer) -> CurriculumPhases:
+    return next(c for c in trainer.callbacks if isinstance(c, CurriculumPhases))
 
 
 def test_phases_advance_by_frames_then_by_metric_and_clear_the_buffer(tmp_path):
@@ -62,11 +66,12 @@ def test_resume_restores_the_phase_and_its_settings(tmp_path):
     else:
         pytest.fail("no checkpoint in phase 1")
     frames = state["rl_state"]["collected_frames"]
-    resumed = main(["--config", _config(tmp_path / "b", PHASES), f"--data.init_args.total_frames={frames}",
-                    f"--ckpt_path={ckpt}"])
-    curriculum = _curriculum(resumed)
-    assert (curriculum.phase, curriculum.phase_start) == (1, saved["phase_start"])
-    assert int(resumed.datamodule.env.base_env._next_mode[0]) == MODES.index("TRAIN_DEFENSE")
+    probe = AtTrainStart(lambda trainer, module: (
+        _curriculum_of(trainer).phase, _curriculum_of(trainer).phase_start,
+        int(trainer.datamodule.env.base_env._next_mode[0])))
+    resumed = main(["--config", _config(tmp_path / "b", PHASES), f"--data.init_args.total_frames={frames + 64}",
+                    f"--ckpt_path={ckpt}"], callbacks=[probe])  # (one more batch of 64 frames)
+    assert probe.value == (1, saved["phase_start"], MODES.index("TRAIN_DEFENSE"))
     assert cli.trainer.global_step > resumed.trainer.global_step
 
 

@@ -230,13 +230,15 @@ def test_a_run_trained_with_a_cuda_graph_policy_is_evaluated_on_the_cpu(tmp_path
     assert set(on_cpu) == set(on_gpu) == {"ppo", "fallback"}
 
 
-def test_routes_out_never_overwrites_a_file(smoke_run, tmp_path):
-    """Issue 38: an existing --routes_out is refused before any work, one line naming it; the file is kept."""
-    routes = tmp_path / "routes.json"
+@pytest.mark.parametrize("option,name", [("--routes_out", "routes.json"), ("--video", "episode.gif")])
+def test_outputs_never_overwrite_a_file(smoke_run, tmp_path, option, name):
+    """Issue 38: an existing --routes_out or --video is refused before any work, one line naming it; the file is
+    kept."""
+    routes = tmp_path / name
     routes.write_text("mine")
     proc = run_module("pipelines.evaluate", "--ckpt_path", smoke_run["last"], "--episodes", "2", "--num_envs", "2",
-                      "--policies", "fallback", "--routes_out", str(routes), timeout=300)
+                      "--policies", "fallback", option, str(routes), timeout=300)
     assert proc.returncode == 2 and routes.read_text() == "mine"
-    assert proc.stderr.strip() == (f"error: --routes_out={str(routes)!r} exists: evaluate never overwrites a file "
+    assert proc.stderr.strip() == (f"error: {option}={str(routes)!r} exists: evaluate never overwrites a file "
                                    f"(remove it or give another name)")
     assert proc.stdout == ""

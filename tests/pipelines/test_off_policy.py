@@ -13,12 +13,12 @@ import torch
 from pipelines.evaluate import main as evaluate
 from pipelines.fit import main
 from tests.conftest import periodic_checkpoints
-from tests.pipelines.conftest import REPO
+from tests.pipelines.conftest import REPO, AtTrainStart
 
 CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
 
 
-def _run(tmp_path, *extra: str):
+def _run(tmp_path, *extra: str, callbacks: list | None = None):
     return main(["--config", CARTPOLE, "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
                  "--trainer.callbacks+=callbacks.EpsilonDecay", "--trainer.callbacks.decay_frames=2000",  # eps_end 0.05
                  "--trainer.callbacks+=callbacks.ModelCheckpoint",
@@ -27,7 +27,7 @@ def _run(tmp_path, *extra: str):
                  "--data.init_args.frames_per_batch=64", "--data.init_args.batch_size=32",
                  "--data.init_args.utd_ratio=2", "--model.init_args.n_step=3",
                  "--model.init_args.network.init_args.hidden_dims=[64, 64]",
-                 f"--trainer.logger.init_args.save_dir={tmp_path}", *extra])
+                 f"--trainer.logger.init_args.save_dir={tmp_path}", *extra], callbacks=callbacks)
 
 
 def test_warmup_updates_epsilon_and_buffer_resume(tmp_path):
@@ -46,16 +46,19 @@ def test_warmup_updates_epsilon_and_buffer_resume(tmp_path):
     frames = state["rl_state"]["collected_frames"]
     assert 512 < frames < 1920
     saved = state["OffPolicyDataModule"]["replay_buffer"]
-    # resuming with the budget already spent restores buffer and epsilon without collecting more
-    resumed = _run(tmp_path / "b", f"--data.init_args.total_frames={frames}", f"--ckpt_path={mid}")
-    buffer = resumed.datamodule.buffer
-    assert len(buffer) == saved["_storage"]["_len"] > 0
-    stored = buffer.storage[: len(buffer) // 4]
-    assert torch.equal(stored["observation"], saved["_storage"]["_storage"]["observation"][: len(buffer) // 4])
-    assert resumed.model.epsilon() == pytest.approx(1.0 - 0.95 * frames / 2000)
-    assert resumed.model.epsilon() == pytest.approx(float(state["state_dict"]["policy.eps"]))
+    # a resume starts from the checkpoint's buffer, epsilon and target schedule (read before its first batch)
+    probe = AtTrainStart(lambda trainer, module: (
+        len(trainer.datamodule.buffer),
+        trainer.datamodule.buffer.storage[: len(trainer.datamodule.buffer) // 4]["observation"].clone(),
+        module.epsilon(), module.target.counter))
+    _run(tmp_path / "b", f"--data.init_args.total_frames={frames + 64}", f"--ckpt_path={mid}", callbacks=[probe])
+    length, stored, epsilon, counter = probe.value
+    assert length == saved["_storage"]["_len"] > 0
+    assert torch.equal(stored, saved["_storage"]["_storage"]["observation"][: length // 4])
+    assert epsilon == pytest.approx(1.0 - 0.95 * frames / 2000)
+    assert epsilon == pytest.approx(float(state["state_dict"]["policy.eps"]))
     # the hard target copy keeps its schedule: 20 updates done, the next copy after update 128
-    assert state["rl_state"]["target_counter"] == 20 == resumed.model.target.counter
+    assert state["rl_state"]["target_counter"] == 20 == counter
 
 
 
@@ -78,7 +81,7 @@ def test_too_few_steps_for_n_step_is_rejected(tmp_path):
     # 4 envs: 16 frames = 4 steps per env, of which the 3-step transform stores 1 (TorchRL's 2-D storage
     # fails on 1-step slices); 20 frames = 5 steps store 2 and train
     with pytest.raises(ValueError, match=r"must be >= model.n_step \+ 2 = 5"):
-        _run(tmp_path, "--data.init_args.frames_per_batch=16", "--data.init_args.total_frames=160")
+        _run(tmp_path, "--data.init_args.frames_per_batch=16", "--data.init_args.total_frames=640")
     _run(tmp_path, "--data.init_args.frames_per_batch=20", "--data.init_args.total_frames=600")
 
 
@@ -115,10 +118,11 @@ def test_prioritized_replay_updates_priorities_and_resumes(tmp_path):
     assert (filled > 0).all() and filled.unique().numel() > 100  # TD errors, not the uniform start
     ckpt = periodic_checkpoints(tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints")[20]
     state = torch.load(ckpt, weights_only=True)
-    resumed = _run(tmp_path / "b", f"--data.init_args.total_frames={state['rl_state']['collected_frames']}",
-                   "--data.init_args.prioritized=true", f"--ckpt_path={ckpt}")
+    probe = AtTrainStart(lambda trainer, module: trainer.datamodule.buffer.sampler._priority.clone())
+    _run(tmp_path / "b", f"--data.init_args.total_frames={state['rl_state']['collected_frames'] + 64}",
+         "--data.init_args.prioritized=true", f"--ckpt_path={ckpt}", callbacks=[probe])
     saved = state["OffPolicyDataModule"]["replay_buffer"]["_sampler"]["priority"]
-    assert torch.equal(resumed.datamodule.buffer.sampler._priority, saved)
+    assert torch.equal(probe.value, saved)
 
 
 def test_policy_evaluation_keeps_the_best_checkpoint(tmp_path):
@@ -145,14 +149,16 @@ def test_memmap_storage_writes_to_scratch_dir_and_resumes(tmp_path):
     assert any((tmp_path / "scratch_a" / "rank0").rglob("*.memmap"))
     ckpt = periodic_checkpoints(tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints")[20]
     state = torch.load(ckpt, weights_only=True)
-    resumed = _run(tmp_path / "b", f"--data.init_args.total_frames={state['rl_state']['collected_frames']}",
-                   "--data.init_args.storage=memmap", f"--data.init_args.scratch_dir={tmp_path / 'scratch_b'}",
-                   f"--ckpt_path={ckpt}")
-    buffer = resumed.datamodule.buffer
+    probe = AtTrainStart(lambda trainer, module: (
+        len(trainer.datamodule.buffer),
+        trainer.datamodule.buffer.storage[: len(trainer.datamodule.buffer) // 4]["observation"].clone()))
+    _run(tmp_path / "b", f"--data.init_args.total_frames={state['rl_state']['collected_frames'] + 64}",
+         "--data.init_args.storage=memmap", f"--data.init_args.scratch_dir={tmp_path / 'scratch_b'}",
+         f"--ckpt_path={ckpt}", callbacks=[probe])
+    length, stored = probe.value
     saved = state["OffPolicyDataModule"]["replay_buffer"]["_storage"]
-    assert len(buffer) == saved["_len"] > 0
-    rows = len(buffer) // 4
-    assert torch.equal(buffer.storage[:rows]["observation"], torch.as_tensor(saved["_storage"]["observation"][:rows]))
+    assert length == saved["_len"] > 0
+    assert torch.equal(stored, torch.as_tensor(saved["_storage"]["observation"][: length // 4]))
 
 
 def test_checkpoints_follow_optimiser_steps_when_a_training_step_takes_several(tmp_path):

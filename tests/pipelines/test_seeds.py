@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 
 import matplotlib.image
 import pytest
 
+import pipelines.seeds as seeds
+from pipelines.fit import fit_settings
 from pipelines.scalars import read_scalars
+from pipelines.settings import describe_diff, settings_diff
 from tests.pipelines.conftest import REPO, run_module
 
 CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
@@ -39,9 +48,130 @@ def test_two_seeds_run_and_are_summarised(tmp_path):
                        timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "seed 1: running" not in again.stderr and "seed 3: running" in again.stderr
+    assert "seed 1: finished under the same settings, read back" in again.stderr
     assert json.loads(again.stdout.strip().splitlines()[-1])["seeds"]["1"] == summary["seeds"]["1"]
+    recorded = json.loads((out / "settings.json").read_text())
+    assert recorded == json.loads((out / "seed_3" / "settings.json").read_text())
+    assert recorded["data"]["init_args"]["total_frames"] == 1024 and "seed_everything" not in recorded
+    # other settings: refused before anything starts, naming the folder and the key with both values
+    written = (out / "summary.json").read_text()
+    for other, seeds_asked, message in (
+            (["--model.init_args.lr=0.001"], ["1", "4"],
+             f"error: {out / 'seed_1'} was run with other settings: model.init_args.lr=0.0023 there, 0.001 now; "
+             f"use another --out"),
+            (["--data.init_args.total_frames=768"], ["4"],  # a new seed beside seeds run under other settings
+             "data.init_args.total_frames=1024 there, 768 now")):
+        refused = run_module("pipelines.seeds", "--config", CARTPOLE, "--seeds", *seeds_asked, "--out", str(out),
+                             *TINY, *other, timeout=300)
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert refused.stderr.strip().splitlines() == [refused.stderr.strip()] and message in refused.stderr, \
+            refused.stderr[-3000:]
+        assert not (out / "seed_4").exists() and (out / "summary.json").read_text() == written
 
 
 def test_an_unknown_option_is_named():
     proc = run_module("pipelines.seeds", "--config", CARTPOLE, "--seeds", "1", "--paralel", "2", timeout=60)
     assert proc.returncode == 2 and "unrecognized argument --paralel" in proc.stderr
+
+
+def test_settings_are_resolved_by_the_fits_parser():
+    """Two spellings of one setting are the same settings; a changed value is named with both values; a key the fit
+    does not know is refused in one line."""
+    base = ["--config", CARTPOLE]
+    settings = fit_settings(base, drop=seeds.PER_SEED_KEYS)
+    assert fit_settings([*base, "--model.lr=2.3e-3", "--seed_everything=7"], drop=seeds.PER_SEED_KEYS) == settings
+    other = fit_settings([*base, "--model.init_args.lr=0.001"], drop=seeds.PER_SEED_KEYS)
+    assert describe_diff(settings_diff(settings, other)) == "model.init_args.lr=0.0023 there, 0.001 now"
+    with pytest.raises(ValueError, match=r"model.init_args.lrr: no such key .*did you mean lr"):
+        fit_settings([*base, "--model.init_args.lrr=0.001"])
+
+
+def _processes_naming(text: str) -> list[int]:
+    """The live processes (not this one) whose command line holds ``text``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read().decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+        if entry.isdigit() and int(entry) != os.getpid() and text in command:
+            pids.append(int(entry))
+    return pids
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigterm_stops_the_fits_and_leaves_no_orphan(tmp_path):
+    """SIGTERM to ``--parallel 2``: both fits get it and stop (they say so in their logs), the command waits for
+    them and exits 143, and no fit outlives it."""
+    out = tmp_path / "study"
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.seeds", "--config", CARTPOLE, "--seeds", "1", "2",
+                             "--parallel", "2", "--out", str(out), *TINY, "--data.init_args.total_frames=10000000"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        deadline = time.monotonic() + 300
+        while not all(any((out / f"seed_{seed}").rglob("config.yaml")) for seed in (1, 2)):  # both fits training
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate(timeout=60)
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+        proc.wait()
+        orphans = _processes_naming(str(out))
+        for pid in orphans:  # (only the fits this test started name its folder)
+            os.kill(pid, signal.SIGKILL)
+    assert not orphans, f"fits outlived the command: {orphans}"
+    assert proc.returncode == 143, stderr[-3000:]
+    assert "stopped by SIGTERM" in stderr.strip().splitlines()[-1] and "Traceback" not in stderr, stderr[-3000:]
+    for seed in (1, 2):
+        assert "training stopped by SIGTERM" in (out / f"seed_{seed}" / "fit.log").read_text()
+        assert not (out / f"seed_{seed}" / "finished").exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_waits_for_the_fits_and_keeps_the_finished_ones(tmp_path, monkeypatch, signum):
+    """Stand-in fits that ignore the signal: the one that then ends with status 0 is marked finished, the one that
+    does not end is killed :data:`pipelines.seeds.STOP_WAIT_S` seconds after the signal; the command exits with
+    128 + the signal's number."""
+    monkeypatch.setattr(seeds, "STOP_WAIT_S", 4.0)
+    sleeps = {1: 1.5, 2: 600.0}
+
+    def stand_in(configs, seed, folder, overrides):
+        code = (f"import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                f"signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                f"open(os.path.join({folder!r}, 'ready'), 'w').write(str(os.getpid())); time.sleep({sleeps[seed]})")
+        return [sys.executable, "-c", code]
+
+    monkeypatch.setattr(seeds, "fit_command", stand_in)
+    out = tmp_path / "study"
+
+    def signal_when_ready() -> None:
+        deadline = time.monotonic() + 60
+        while not all((out / f"seed_{seed}" / "ready").is_file() for seed in sleeps) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)  # (the pid is written)
+        os.kill(os.getpid(), signum)
+
+    def unhandled(signum, frame):  # without the command's own handler, SIGTERM must not end pytest
+        raise AssertionError(f"{signal.Signals(signum).name} was not handled by pipelines.seeds")
+
+    previous = signal.signal(signal.SIGTERM, unhandled)
+    sender = threading.Thread(target=signal_when_ready, daemon=True)
+    try:
+        sender.start()
+        started = time.monotonic()
+        with pytest.raises(SystemExit) as stop:
+            seeds.run_seeds([CARTPOLE], [1, 2], str(out), 2, [], {"stand-in": True})
+        took = time.monotonic() - started
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        sender.join(timeout=60)
+    assert stop.value.code == 128 + signum
+    assert (out / "seed_1" / "finished").is_file() and not (out / "seed_2" / "finished").exists()
+    assert took < 60, took  # the endless one was killed, not waited for
+    for seed in sleeps:
+        pid = int((out / f"seed_{seed}" / "ready").read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -9,7 +9,7 @@ import torch
 from callbacks.selfplay import KINDS, SelfPlay
 from pipelines.fit import main
 from tests.conftest import periodic_checkpoints
-from tests.pipelines.conftest import hockey_dqn_config
+from tests.pipelines.conftest import AtTrainStart, hockey_dqn_config
 
 PROBABILITIES = {"self": 0.5, "weak": 0.3, "strong": 0.2}
 
@@ -56,11 +56,17 @@ def test_pool_is_bounded_checkpointed_and_played(tmp_path):
     ckpt = periodic_checkpoints(tmp_path / "a" / "hockey" / "version_0" / "checkpoints")[20]
     state = torch.load(ckpt, weights_only=True)
     saved = next(v for k, v in state["callbacks"].items() if "SelfPlay" in k)
-    resumed = main(["--config", hockey_dqn_config(tmp_path / "b", callbacks),
-                    f"--data.init_args.total_frames={state['rl_state']['collected_frames']}", f"--ckpt_path={ckpt}"])
-    restored = next(c for c in resumed.trainer.callbacks if isinstance(c, SelfPlay))
-    assert len(restored.pool) == len(saved["pool"]) > 0 and restored.next_frames == saved["next_frames"]
-    assert all(torch.equal(a[k], b[k]) for a, b in zip(restored.pool, saved["pool"]) for k in a)
+    def restored(trainer, module):  # at the resumed run's start, before its one more batch
+        selfplay = next(c for c in trainer.callbacks if isinstance(c, SelfPlay))
+        return [{k: v.clone() for k, v in snap.items()} for snap in selfplay.pool], selfplay.next_frames
+
+    probe = AtTrainStart(restored)
+    main(["--config", hockey_dqn_config(tmp_path / "b", callbacks),
+          f"--data.init_args.total_frames={state['rl_state']['collected_frames'] + 64}", f"--ckpt_path={ckpt}"],
+         callbacks=[probe])
+    pool, next_frames = probe.value
+    assert len(pool) == len(saved["pool"]) > 0 and next_frames == saved["next_frames"]
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(pool, saved["pool"]) for k in a)
 
 
 def test_an_env_without_opponents_is_rejected(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import sys
 
@@ -190,3 +191,35 @@ def test_a_shadowed_package_stops_every_entry_point_before_it_runs(tmp_path):
         assert run.returncode == 2, (entry, run.stderr[-2000:])
         assert run.stderr.startswith(f"error: {tmp_path / 'callbacks.py'} shadows this project's package 'callbacks'")
     assert sorted(os.listdir(tmp_path)) == ["callbacks.py"]
+
+
+def test_write_errors_name_the_file_or_the_shared_memory():
+    from pipelines.fit import write_error
+
+    assert write_error(OSError(errno.ENOSPC, "No space left on device", "/r/last.ckpt")) == \
+        "cannot write /r/last.ckpt: No space left on device"
+    assert write_error(OSError(errno.EROFS, "Read-only file system", "/r")) == "cannot write /r: Read-only file system"
+    for err in (OSError(errno.ENOSPC, "No space left on device"),  # multiprocessing's semaphore in /dev/shm
+                RuntimeError("unable to allocate shared memory(shm) for file </torch_1_2>: Resource unavailable")):
+        line = write_error(err)
+        assert line.startswith("no shared memory left in /dev/shm") and "data.init_args.workers: 0" in line
+    assert write_error(RuntimeError("index 2 is out of bounds")) is None
+    assert write_error(OSError(errno.ENOENT, "No such file", "/x")) is None
+
+
+def test_a_full_disk_stops_the_run_with_one_line(tmp_path, capsys):
+    """A 200 kB file system (a tmpfs mounted for the test; skipped where mounting is not allowed) fills up at the
+    first checkpoints: one line naming the file, exit 1 (torch's own error said "unexpected pos ...")."""
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(tiny)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        with pytest.raises(SystemExit) as stop:
+            fit(["--config", CARTPOLE, f"--trainer.logger.init_args.save_dir={tiny}", "--trainer.enable_progress_bar=false",
+                 "--data.init_args.total_frames=1500"])
+    finally:
+        subprocess.run(["umount", str(tiny)], capture_output=True)
+    err = capsys.readouterr().err
+    assert stop.value.code == 1 and "Traceback" not in err, err[-2000:]
+    assert re.search(r"error: cannot write \S+\.ckpt: No space left on device \(the run stopped", err), err[-2000:]
