@@ -85,6 +85,8 @@ def test_a_budget_below_the_first_update_is_refused_before_anything_is_written(t
     (("--seed_everything=-1",), "seed_everything=-1 is not allowed: an integer in [0, 4294967295]"),
     (("--num_threads=0",), "num_threads: Not of type PositiveInt"),
     (("--data.init_args.env.init_args.env_id=CartPol-v1",), "env.env_id='CartPol-v1': Environment `CartPol` doesn't"),
+    (("--trainer.callbacks+=callbacks.ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=-1"),
+     "Invalid value for every_n_train_steps=-1. Must be >= 0"),  # (Lightning's MisconfigurationException)
 ])
 def test_options_are_never_abbreviated_and_errors_are_one_line(tmp_path, capsys, args, needle):
     line = _refused(capsys, "--config", CARTPOLE, f"--trainer.logger.init_args.save_dir={tmp_path}", *args)
