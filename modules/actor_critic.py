@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.modules import MaskedCategorical
 
-from modules.compatibility import check_sizes
+from modules.compatibility import check_count, check_sizes
 
 
 class ActorCriticNetwork(nn.Module):
@@ -34,9 +34,7 @@ class ActorCriticNetwork(nn.Module):
         Raises:
             ValueError: the network was built for another number of actions (the message names both).
         """
-        own = getattr(self, "num_actions", None)
-        if own is not None and own != num_actions:
-            raise ValueError(f"model.network.num_actions={own} does not fit the env, which has {num_actions} actions")
+        check_count(getattr(self, "num_actions", None), num_actions, "actions")
 
     @abstractmethod
     def encode(self, *observation: Tensor) -> Tensor:

@@ -78,16 +78,34 @@ def require_bounded(specs: EnvSpecs, module: str, reason: str) -> None:
                          f"{specs.describe_env()} has {specs.describe_actions()}")
 
 
-def require_num_actions(specs: EnvSpecs, configured: int | None, key: str = f"{NETWORK}.num_actions") -> None:
-    """A network's configured number of actions must be the env's (None: taken from the env, nothing to check).
+def check_count(configured: int | None, env_count: int | None, what: str, env: str = "the env",
+                key: str | None = None, detail: str = "") -> None:
+    """A network's configured number of ``what`` (``actions``, ``agents``) must be the env's (None: taken from the
+    env, nothing to check). The one check behind :func:`require_num_actions`, :func:`require_num_agents` and the
+    networks' own ``shape_actions`` / ``shape_agents`` (which are called without specs, e.g. on ``build_on`` in
+    Python).
+
+    Args:
+        env: the env, for the message (``the env (Acrobot-v1)``). key: the config key (default
+            ``<network>.num_<what>``). detail: how the env's count reads (default ``<env_count> <what>``).
 
     Raises:
-        ValueError: ``<key>=<configured> but the env (<name>) has <n> actions: remove num_actions ...``.
+        ValueError: ``<key>=<configured> but <env> has <env_count> <what>: remove num_<what> to take it from the env``.
     """
-    if configured is None or configured == specs.num_actions:
+    if configured is None or configured == env_count:
         return
-    raise ValueError(f"{key}={configured} but {specs.describe_env()} has {specs.describe_actions()}: remove "
+    key = key or f"{NETWORK}.num_{what}"
+    raise ValueError(f"{key}={configured} but {env} has {detail or f'{env_count} {what}'}: remove "
                      f"{key.rpartition('.')[2]} to take it from the env")
+
+
+def require_num_actions(specs: EnvSpecs, configured: int | None, key: str = f"{NETWORK}.num_actions") -> None:
+    """A network's configured number of actions must be the env's (:func:`check_count`).
+
+    Raises:
+        ValueError: ``<key>=<configured> but the env (<name>) has <n> discrete actions: remove num_actions ...``.
+    """
+    check_count(configured, specs.num_actions, "actions", specs.describe_env(), key, specs.describe_actions())
 
 
 def require_single_agent(specs: EnvSpecs, module: str, alternatives: str) -> None:
@@ -112,13 +130,20 @@ def require_num_agents(specs: EnvSpecs, network: str, configured: int | None,
     Raises:
         ValueError: a single-agent env, or another number of agents than ``configured`` (both sides named).
     """
-    if specs.num_agents is None:
+    require_multi_agent(specs.num_agents, network, specs.describe_env())
+    check_count(configured, specs.num_agents, "agents", specs.describe_env(), key,
+                f"{specs.num_agents} agents (env.num_agents={specs.num_agents}, e.g. the vacuum env's num_robots)")
+
+
+def require_multi_agent(num_agents: int | None, network: str, env: str = "the env") -> None:
+    """A multi-agent network needs an env with ``num_agents``.
+
+    Raises:
+        ValueError: a single-agent env (``num_agents`` None), naming the network.
+    """
+    if num_agents is None:
         raise ValueError(f"{NETWORK.removesuffix('.init_args')}.class_path={network} is a multi-agent network, but "
-                         f"{specs.describe_env()} has one agent (env.num_agents=None): use modules.dqn.QNetwork")
-    if configured is not None and configured != specs.num_agents:
-        raise ValueError(f"{key}={configured} but {specs.describe_env()} has {specs.num_agents} agents "
-                         f"(env.num_agents={specs.num_agents}, e.g. the vacuum env's num_robots): remove "
-                         f"{key.rpartition('.')[2]} to take it from the env")
+                         f"{env} has one agent (env.num_agents=None): use modules.dqn.QNetwork")
 
 
 def require_keys(specs: EnvSpecs, key: str, entries: Sequence[NestedKey], hint: str = "") -> None:

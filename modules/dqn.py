@@ -17,8 +17,8 @@ from torchrl.envs import MultiStepTransform
 
 from envs import EnvSpecs
 from modules.base import DISCOUNT, LEARNING_RATE, RLModule, check_hparams
-from modules.compatibility import (NETWORK, check_sizes, class_path, require_action_kind, require_keys,
-                                   require_num_actions, require_num_agents)
+from modules.compatibility import (check_count, check_sizes, class_path, require_action_kind, require_keys,
+                                   require_multi_agent, require_num_actions, require_num_agents)
 from modules.policy import TensorPolicy
 from modules.q_values import EpsilonGreedyQPolicy, dqn_loss
 from modules.target import TargetNetwork
@@ -68,9 +68,7 @@ class QNetwork(nn.Module):
         if self.advantage is None:
             self.num_actions = num_actions
             self._build_heads(num_actions)
-        elif num_actions != self.num_actions:
-            raise ValueError(f"{NETWORK}.num_actions={self.num_actions} but the env has {num_actions} actions: "
-                             f"remove num_actions to take it from the env")
+        check_count(self.num_actions, num_actions, "actions")
 
     def forward(self, observation: Tensor) -> Tensor:
         if self.advantage is None:
@@ -127,17 +125,12 @@ class MultiAgentQNetwork(nn.Module):
         Raises:
             ValueError: a single-agent env (``num_agents`` None), or another number of agents than the one given.
         """
-        if num_agents is None:
-            raise ValueError(f"{NETWORK.removesuffix('.init_args')}.class_path=modules.dqn.MultiAgentQNetwork is a "
-                             f"multi-agent network, but the env has one agent (env.num_agents=None): use "
-                             f"modules.dqn.QNetwork")
+        require_multi_agent(num_agents, "modules.dqn.MultiAgentQNetwork")
         if self.num_agents is None:
             self.num_agents = num_agents
             if not self.heads:
                 self._build_heads(num_agents)
-        elif num_agents != self.num_agents:
-            raise ValueError(f"{NETWORK}.num_agents={self.num_agents} but the env has {num_agents} agents "
-                             f"(env.num_agents={num_agents}): remove num_agents to take it from the env")
+        check_count(self.num_agents, num_agents, "agents", detail=f"{num_agents} agents (env.num_agents={num_agents})")
 
     def shape_actions(self, num_actions: int) -> None:
         """:meth:`QNetwork.shape_actions` of every head (after :meth:`shape_agents`).

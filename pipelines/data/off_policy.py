@@ -40,7 +40,7 @@ class OffPolicyDataModule(RLDataModule):
     (:class:`pipelines.data.collectors.PublishingAsyncCollector`): batch k is played by the weights after k - 1
     batches (each frame's ``policy_version``; ``time/policy_lag`` 1), whatever the timing, so such a run repeats bit
     for bit. It pays where collecting is a large share of large batches: the CartPole DQN peer run took 49.2 s
-    against 56.0 s in one process (medians; README, "Collecting while the learner trains").
+    against 56.0 s in one process (medians; docs/benchmarks.md, "Collecting while the learner trains").
 
     Multi-agent envs (``env.num_agents = R``) share one buffer: a collected ``[B, T]`` batch is stored
     as ``B * R`` rows of one agent's transitions each (:func:`pipelines.data.replay.split_agents`), so n-step

@@ -74,6 +74,25 @@ def _numpy(td: TensorDict, keys: list[str], row: int | None = None) -> dict[str,
     return {k: (td[k] if row is None else td[k][row]).numpy() for k in keys}
 
 
+def _both_episodes(ckpt, env_id: str, seed: int) -> tuple[tuple[int, float], tuple[int, float]]:
+    """One episode of gymnasium's own ``env_id`` (reset with ``seed``) played with ``predict``, and the same episode
+    (row 0 of a run's env seeded ``seed`` is gymnasium's env reset with that seed) played by ``env.rollout`` with
+    ``torchrl_policy``: ``(steps, return)`` of each."""
+    module = RLModule.load_from_checkpoint(ckpt)
+    env = gym.make(env_id)
+    obs, _ = env.reset(seed=seed)
+    total, done, steps = 0.0, False, 0
+    while not done:
+        obs, reward, terminated, truncated, _ = env.step(module.predict(obs))
+        total, done, steps = total + reward, terminated or truncated, steps + 1
+    env.close()
+    torchrl_env = make_env(GymConfig(env_id), 1, seed=seed)
+    with torch.no_grad():
+        rollout = torchrl_env.rollout(1000, module.torchrl_policy())
+    torchrl_env.close()
+    return (steps, total), (rollout.shape[-1], rollout["next", "reward"].sum().item())
+
+
 # ------------------------------------------------------------------ CartPole DQN
 def test_cartpole_dqn_predict_shapes_and_types(cartpole):
     module = RLModule.load_from_checkpoint(cartpole[0])
@@ -132,19 +151,8 @@ def test_cartpole_dqn_exploration(cartpole):
 def test_cartpole_dqn_plays_gymnasium_as_the_torchrl_env(cartpole):
     """An episode of gymnasium's own CartPole with predict gets the return of the same episode (row 0 of a run's
     env seeded 7 is gymnasium's env reset with seed 7) played by ``env.rollout`` with ``torchrl_policy``."""
-    module = RLModule.load_from_checkpoint(cartpole[0])
-    env = gym.make("CartPole-v1")
-    obs, _ = env.reset(seed=7)
-    total, done, steps = 0.0, False, 0
-    while not done:
-        obs, reward, terminated, truncated, _ = env.step(module.predict(obs))
-        total, done, steps = total + reward, terminated or truncated, steps + 1
-    env.close()
-    torchrl_env = make_env(GymConfig("CartPole-v1"), 1, seed=7)
-    with torch.no_grad():
-        rollout = torchrl_env.rollout(600, module.torchrl_policy())
-    torchrl_env.close()
-    assert rollout.shape[-1] == steps and rollout["next", "reward"].sum().item() == total
+    (steps, total), (torchrl_steps, torchrl_total) = _both_episodes(cartpole[0], "CartPole-v1", seed=7)
+    assert (torchrl_steps, torchrl_total) == (steps, total)
 
 
 def test_cartpole_dqn_bad_input_names_the_entry(cartpole):
@@ -181,19 +189,8 @@ def test_pendulum_sac_predict(pendulum):
 
 
 def test_pendulum_sac_plays_gymnasium_as_the_torchrl_env(pendulum):
-    module = RLModule.load_from_checkpoint(pendulum[0])
-    env = gym.make("Pendulum-v1")
-    obs, _ = env.reset(seed=5)
-    total, done, steps = 0.0, False, 0
-    while not done:
-        obs, reward, terminated, truncated, _ = env.step(module.predict(obs))
-        total, done, steps = total + reward, terminated or truncated, steps + 1
-    env.close()
-    torchrl_env = make_env(GymConfig("Pendulum-v1"), 1, seed=5)
-    rollout = torchrl_env.rollout(300, module.torchrl_policy())
-    torchrl_env.close()
-    assert steps == 200 and rollout.shape[-1] == 200
-    assert rollout["next", "reward"].sum().item() == pytest.approx(total, rel=1e-5)
+    (steps, total), (torchrl_steps, torchrl_total) = _both_episodes(pendulum[0], "Pendulum-v1", seed=5)
+    assert steps == torchrl_steps == 200 and torchrl_total == pytest.approx(total, rel=1e-5)
 
 
 # ------------------------------------------------------------------ DVRP PPO
