@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torchrl.envs import EnvBase
 
 from envs.episodes import UniformRandomPolicy
@@ -76,6 +76,13 @@ class EnvConfig(ABC):
             ValueError: this env has no reference solver.
         """
         raise ValueError(f"{type(self).__name__} has no reference solver (re-solved plans are a routing env's)")
+
+    def hindsight(self, days: list[dict], seconds: float, workers: int = 1) -> dict[str, Tensor] | None:
+        """The hindsight oracle's results on whole episodes known in advance (the env's ``export_days`` format):
+        ``{"episode_return": [E], <report key>: [E]}`` like a played policy's, solved in ``seconds`` per episode on
+        ``workers`` processes; None for an env without one (default). ``pipelines.evaluate`` adds it as the
+        ``hindsight`` row and every policy's gap to it."""
+        return None
 
     @abstractmethod
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:

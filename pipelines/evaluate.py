@@ -1,7 +1,7 @@
 """Evaluate a trained policy against its env's reference policies, on the same seeded episodes.
 
     python -m pipelines.evaluate --ckpt_path CKPT [--config configs/<run>.yaml] [--episodes 256] [--seed S]
-        [--policies NAME ...] [--settings JSON] [--routes_out FILE] [--pyvrp_episodes K]
+        [--policies NAME ...] [--settings JSON] [--routes_out FILE] [--pyvrp_episodes K] [--hindsight_seconds S]
         [--instances GLOB] [--video FILE.mp4|.gif] [--compare_ckpt CKPT2 [--compare_config CFG ...]] [--device DEV]
         [dotted overrides]
 
@@ -18,6 +18,11 @@ The last stdout line is one JSON object: ``{policy: row}``, or ``{policy: {setti
 Envs that export their episodes' plans (DVRP) also take ``--routes_out`` (the trained policy's plans as JSON
 that other tools can check without this code) and ``--pyvrp_episodes K`` (each policy's final plans of K
 episodes re-solved by the env's reference solver, PyVRP; the online plan's mean gap is a column).
+DVRP also has the ``hindsight`` row (in the default ``--policies``): the hindsight (anticipative) oracle, which knows the
+whole day at the start (every request and the customer's type) and picks each customer's window, or none, and the
+routes to maximise the same return, solved with PyVRP in ``--hindsight_seconds`` per episode on ``--hindsight_workers``
+processes (:mod:`envs.dvrp.hindsight`); every row then gets its gap to it, the mean over episodes of
+``(hindsight - return) / hindsight`` in % ± SE (``gap_to_hindsight_pct`` in the JSON line).
 ``--video FILE.mp4|.gif`` also writes one episode of the trained policy as a video (envs that draw themselves:
 hockey, vacuum, gymnasium envs, DVRP's plan growing over an episode). ``--instances GLOB`` is short for
 ``--data.init_args.env.init_args.instances=GLOB`` with the files' own capacity. A run's learned env model (the
@@ -40,6 +45,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
 
 from pipelines.threads import set_wait_policy
@@ -60,6 +66,8 @@ from pipelines.export import resolve_device  # noqa: E402
 from pipelines.fit import FitCLI, config_exit  # noqa: E402
 from pipelines.run_config import FIT_KEYS, CommandParser, parse_with_fit_keys  # noqa: E402
 
+
+HINDSIGHT = "hindsight"  # the label of the hindsight oracle (EnvConfig.hindsight) in evaluate's tables
 
 # what a config's data module and trainer get for playing episodes here: the collector and trainer options meant
 # for the training's hardware (rollout workers, Ray, a compiled or CUDA-graph collector policy, GPUs, DDP) play
@@ -175,7 +183,8 @@ def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int,
 
     Args:
         settings: runtime settings applied through the env's ``configure`` first (e.g. an opponent).
-        keep_plans: also keep each episode's exported plan (the env's ``export_episodes``) under ``plans``.
+        keep_plans: also keep each episode's exported plan (the env's ``export_episodes``) under ``plans``, and
+            its whole day (``export_days``, where the env has it: the hindsight oracle's input) under ``days``.
         device: where the env steps (the policy must be there too).
 
     Returns:
@@ -189,11 +198,14 @@ def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int,
     if keep_plans and not hasattr(base, "export_episodes"):
         raise ValueError(f"--routes_out / --pyvrp_episodes need an env that exports its plans, got {type(base).__name__}")
     plans: list[tuple[int, dict]] = []
+    days: list[tuple[int, dict]] = []
     counts = torch.zeros(num_envs, dtype=torch.long)
 
     def export(step, finished) -> None:  # before the finished rows are reset
         rows = finished.nonzero().squeeze(-1).tolist()
         plans.extend((int(counts[r]) * num_envs + r, plan) for r, plan in zip(rows, base.export_episodes(rows)))
+        if hasattr(base, "export_days"):
+            days.extend((int(counts[r]) * num_envs + r, day) for r, day in zip(rows, base.export_days(rows)))
         counts[finished] += 1
 
     result = play_episodes(env, make_policy(env), -(-episodes // num_envs), on_step=export if keep_plans else None,
@@ -201,6 +213,7 @@ def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int,
     env.close()
     out = {key: value[:episodes].double().cpu() for key, value in result.items()}
     out["plans"] = [plan for _, plan in sorted(plans, key=lambda p: p[0])][:episodes]
+    out["days"] = [day for _, day in sorted(days, key=lambda p: p[0])][:episodes]
     return out
 
 
@@ -249,26 +262,39 @@ def summary(result: dict, outcome_keys: tuple[str, ...]) -> dict[str, float]:
     r = result["episode_return"]
     row = {"mean_return": r.mean().item(), "return_se": (r.std() / math.sqrt(r.numel())).item()}
     for key, value in result.items():
-        if key in ("episode_return", "plans"):
+        if key in ("episode_return", "plans", "days"):
             continue
         name = key.replace("/episode_return", "_return").replace("/", "_")
         row[f"{name}_rate" if key in outcome_keys else f"mean_{name}"] = value.mean().item()
     return row
 
 
-def _print_table(results: dict[str, dict], rows: dict[str, dict], mine: str, gaps: dict[str, float]) -> None:
-    """The human-readable table: return, every other column, the paired difference to ``mine``, the gap."""
+def hindsight_gap(hindsight: torch.Tensor, returns: torch.Tensor) -> tuple[float, float]:
+    """The gap to the hindsight oracle in %: the mean over episodes of ``(hindsight - return) / |hindsight|``
+    ``[E]`` and its standard error (episodes where the oracle scores 0 count as 0)."""
+    gap = 100.0 * (hindsight - returns) / hindsight.abs().clamp_min(1e-9)
+    gap = torch.where(hindsight.abs() > 1e-9, gap, 0.0)
+    return gap.mean().item(), (gap.std() / math.sqrt(gap.numel())).item() if gap.numel() > 1 else 0.0
+
+
+def _print_table(results: dict[str, dict], rows: dict[str, dict], mine: str, gaps: dict[str, float],
+                 hindsight: dict[str, tuple[float, float]]) -> None:
+    """The human-readable table: return, every other column, the paired difference to ``mine``, the gap to the
+    PyVRP re-solve of each policy's plans (``gaps``), the gap to the hindsight oracle (``hindsight``, % ± SE)."""
     width = max(12, *(len(p) for p in rows))
     columns = [k for k in next(iter(rows.values())) if k not in ("mean_return", "return_se")]
     labels = {c: c.removeprefix("mean_") for c in columns}
     widths = {c: max(9, len(labels[c])) for c in columns}
     print(f"{'policy':{width}s} {'return':>17s} " + " ".join(f"{labels[c]:>{widths[c]}s}" for c in columns)
-          + f" {mine + ' - row':>16s}" + ("  gap to PyVRP" if gaps else ""))
+          + f" {mine + ' - row':>16s}" + ("  gap to PyVRP" if gaps else "")
+          + ("  gap to hindsight" if hindsight else ""))
     n, reference = results[mine]["episode_return"].numel(), results[mine]["episode_return"]
     for policy, row in rows.items():
         diff = reference - results[policy]["episode_return"]
         paired = "" if policy == mine else f"{diff.mean().item():+8.2f} ± {(diff.std() / math.sqrt(n)).item():5.2f}"
-        gap = f"  {100 * gaps[policy]:+.1f}%" if policy in gaps else ""
+        gap = f"  {100 * gaps[policy]:+12.1f}%" if policy in gaps else ("" if not gaps else " " * 15)
+        if policy in hindsight:
+            gap += f"  {hindsight[policy][0]:7.2f} ± {hindsight[policy][1]:4.2f}%"
         print(f"{policy:{width}s} {row['mean_return']:9.2f} ± {row['return_se']:5.2f} "
               + " ".join(f"{row[c]:{widths[c]}.3f}" for c in columns) + f" {paired:>16s}{gap}")
 
@@ -293,13 +319,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--num_envs", type=int, default=256, help="episodes played at once")
     parser.add_argument("--policies", nargs="*", default=None,
                         help="the env's reference policies to include (default: all of them; DVRP: preferred, greedy, "
-                             "fallback, prior, informed, random, clairvoyant; other envs: random)")
+                             "fallback, prior, informed, random, clairvoyant and hindsight; other envs: random)")
     parser.add_argument("--settings", type=json.loads, default=None,
                         help='JSON {name: env settings}: one table per setting (default: the env\'s evaluation_settings, '
                              'e.g. {"weak": {"mode": "NORMAL", "opponent": "weak"}, ...} on hockey); {} for one table')
     parser.add_argument("--routes_out", default=None, help="write the trained policy's plans to this JSON file")
     parser.add_argument("--pyvrp_episodes", type=int, default=0, help="re-solve this many episodes per policy with PyVRP")
     parser.add_argument("--pyvrp_seconds", type=float, default=1.0, help="PyVRP time per episode")
+    parser.add_argument("--hindsight_seconds", type=float, default=2.0,
+                        help="the hindsight oracle's time limit per episode (s; policy hindsight, DVRP)")
+    parser.add_argument("--hindsight_workers", type=int, default=len(os.sched_getaffinity(0)),
+                        help="processes solving the hindsight oracle's episodes (default: the CPUs available)")
     parser.add_argument("--instances", default=None, help="glob of Solomon .txt / VRPLIB .vrp files for the DVRP env "
                         "(episodes draw N customers of a random file; capacity from the files)")
     parser.add_argument("--compare_config", action="append", default=None,
@@ -314,6 +344,9 @@ def main(argv: list[str] | None = None) -> dict:
     args, overrides = parse_with_fit_keys(parser, argv, FIT_KEYS[:4])
     if args.episodes < 1 or args.num_envs < 1:
         parser.error(f"--episodes and --num_envs must be >= 1 (got {args.episodes}, {args.num_envs})")
+    if not args.hindsight_seconds > 0 or args.hindsight_workers < 1:
+        parser.error(f"--hindsight_seconds must be > 0 and --hindsight_workers >= 1 (got {args.hindsight_seconds}, "
+                     f"{args.hindsight_workers})")
     if args.video is not None and os.path.splitext(args.video)[1].lower() not in FORMATS:
         parser.error(f"--video {args.video!r}: a {' or '.join(FORMATS)} file")
     if args.compare_config is not None and args.compare_ckpt is None:
@@ -333,10 +366,13 @@ def main(argv: list[str] | None = None) -> dict:
     model, data = load_run(args.config, args.ckpt_path, overrides, str(device))
     config, name = data.env_config, type(model).__name__.removesuffix("Module").lower()
     baselines = config.baseline_policies()
-    chosen = list(baselines) if args.policies is None else args.policies
-    unknown = [p for p in chosen if p not in baselines]
+    offline = [HINDSIGHT] if type(config).hindsight is not EnvConfig.hindsight else []
+    chosen = [*baselines, *offline] if args.policies is None else args.policies
+    unknown = [p for p in chosen if p not in baselines and p not in offline]
     if unknown:
-        parser.error(f"unknown --policies {unknown}; this env's: {', '.join(baselines)}")
+        parser.error(f"unknown --policies {unknown}; this env's: {', '.join([*baselines, *offline])}")
+    with_hindsight = HINDSIGHT in chosen
+    chosen = [p for p in chosen if p != HINDSIGHT]
     # label -> (the env config it plays on, with its own learned env model; its policy factory)
     policies = {name: (config, lambda env: model.collector_policy)}
     if args.compare_ckpt is not None:
@@ -352,19 +388,29 @@ def main(argv: list[str] | None = None) -> dict:
         results = {}
         for label, (env_config, make_policy) in policies.items():
             torch.manual_seed(args.seed)  # a policy drawing from the global generator: the same draws every time
-            keep = args.pyvrp_episodes > 0 or (label == name and args.routes_out is not None)
+            keep = (args.pyvrp_episodes > 0 or (label == name and (args.routes_out is not None or with_hindsight)))
             results[label] = play(env_config, make_policy, args.episodes, num_envs, args.seed, values, keep, device)
+        hindsight = {}
+        if with_hindsight:  # every policy plays the same days: the trained policy's export has them
+            started = time.perf_counter()
+            results[HINDSIGHT] = config.hindsight(results[name]["days"], args.hindsight_seconds, args.hindsight_workers)
+            print(f"hindsight: {args.episodes} episodes solved by PyVRP in {time.perf_counter() - started:.1f} s "
+                  f"({args.hindsight_seconds:g} s each on {min(args.hindsight_workers, args.episodes)} processes)")
+            hindsight = {label: hindsight_gap(results[HINDSIGHT]["episode_return"], result["episode_return"])
+                         for label, result in results.items()}
         gaps = {}
         for label, result in results.items():
             found = [(plan["cost_km"], config.reference_cost(plan, args.pyvrp_seconds))
-                     for plan in result["plans"][:args.pyvrp_episodes]]
+                     for plan in result.get("plans", [])[:args.pyvrp_episodes]]
             ratios = [online / ref - 1.0 for online, ref in found if ref]
             if found:
                 gaps[label] = sum(ratios) / max(len(ratios), 1)
         rows = {label: summary(result, config.outcome_keys) for label, result in results.items()}
         where = f", setting {setting} {values}" if setting is not None else ""
         print(f"{args.episodes} episodes, seed {args.seed}{where}" + (f", instances {args.instances}" if args.instances else ""))
-        _print_table(results, rows, name, gaps)
+        _print_table(results, rows, name, gaps, hindsight)
+        for label, (gap, se) in hindsight.items():
+            rows[label].update(gap_to_hindsight_pct=gap, gap_to_hindsight_se_pct=se)
         for label, row in rows.items():
             table[label] = row if setting is None else {**table.get(label, {}), setting: row}
         if args.routes_out and setting is None:

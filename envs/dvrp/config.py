@@ -15,6 +15,7 @@ from envs.dvrp.baselines import BASELINES, ScriptedOfferPolicy
 from envs.dvrp.customers import CustomerModel
 from envs.dvrp.env import DVRPEnv
 from envs.dvrp.generator import InstanceGenerator, type_posterior
+from envs.dvrp.hindsight import solve_days
 from envs.dvrp.neural_oracle import RoutingSolver
 from envs.dvrp.reader import FileInstances, expand_instance_paths
 from envs.dvrp.reference import solve_with_pyvrp
@@ -198,6 +199,20 @@ class DVRPConfig(EnvConfig):
         (:func:`envs.dvrp.reference.solve_with_pyvrp`), or None when it finds no plan."""
         found = solve_with_pyvrp(episode, self.num_vehicles, seconds)
         return None if found is None else found[0]
+
+    def hindsight(self, days: list[dict], seconds: float, workers: int = 1) -> dict[str, Tensor]:
+        """The hindsight oracle's plan of every exported day (:func:`envs.dvrp.hindsight.solve_days`), as
+        per-episode results ``[E]`` float64: ``episode_return``, ``plan_cost_km``, ``served``, ``failure_rate``
+        (customers not served / N) and ``refused`` (0: it offers only windows the customer accepts)."""
+        plans = solve_days(days, self.num_vehicles, self.max_shift, self.served_reward, seconds, workers)
+        n = self.num_customers
+
+        def column(values) -> Tensor:
+            return torch.tensor(list(values), dtype=torch.float64)
+
+        return {"episode_return": column(p.episode_return for p in plans),
+                "plan_cost_km": column(p.cost_km for p in plans), "served": column(p.served for p in plans),
+                "failure_rate": column((n - p.served) / n for p in plans), "refused": column(0.0 for _ in plans)}
 
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> DVRPEnv:
         """Build the env.

@@ -387,6 +387,30 @@ class DVRPEnv(RowSeededEnv):
             })
         return out
 
+    def export_days(self, rows: list[int] | None = None) -> list[dict]:
+        """The whole day of ``rows`` (default all) as plain dicts, hidden types included: the input of the
+        hindsight oracle (:func:`envs.dvrp.hindsight.solve_hindsight`). Valid from the episode's reset to its
+        ``done`` (before the next reset).
+
+        Each dict: ``depot`` {x, y, due}, ``capacity`` and ``requests``, every request in arrival order with ``id``
+        = arrival index + 1, x, y, demand, service_time, the preferred ``window`` [e, l], the shift ``slot`` and the
+        hidden type ``kind`` (it accepts shifts with |s| <= kind).
+        """
+        inst = self.instances.cpu().to(torch.float64)
+        out = []
+        for r in range(self.batch_size[0]) if rows is None else rows:
+            columns = [inst[key][r].tolist() for key in ("demand", "service", "ready", "due", "slot")]
+            xy, kind = inst["xy"][r].tolist(), inst["kind"][r].tolist()
+            out.append({
+                "depot": {"x": float(inst["depot"][r, 0]), "y": float(inst["depot"][r, 1]),
+                          "due": float(inst["horizon"][r])},
+                "capacity": float(inst["capacity"][r]),
+                "requests": [{"id": i + 1, "x": xy[i][0], "y": xy[i][1], "demand": demand, "service_time": service,
+                              "window": [ready, due], "slot": slot, "kind": int(kind[i])}
+                             for i, (demand, service, ready, due, slot) in enumerate(zip(*columns))],
+            })
+        return out
+
     def render_frame(self, row: int = 0) -> np.ndarray:
         """Row ``row``'s plan now (:meth:`render_routes`): a video's frame, the plan growing over an episode."""
         return self.render_routes(row)

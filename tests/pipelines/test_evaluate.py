@@ -14,6 +14,7 @@ from tests.pipelines.conftest import SMOKE, run_module
 from tests.route_check import check_exported_plan
 
 FIELDS = {"mean_return", "return_se", "mean_plan_cost_km", "mean_served", "mean_failure_rate", "mean_refused"}
+GAP = {"gap_to_hindsight_pct", "gap_to_hindsight_se_pct"}
 
 
 def _evaluate(smoke_run, tmp_path, capsys, *extra: str, ckpt: str | None = None) -> tuple[dict, dict, str]:
@@ -27,10 +28,17 @@ def _evaluate(smoke_run, tmp_path, capsys, *extra: str, ckpt: str | None = None)
 
 
 def test_evaluate_table_json_and_feasible_routes(smoke_run, tmp_path, capsys):
-    table, routes, stdout = _evaluate(smoke_run, tmp_path, capsys, "--pyvrp_episodes", "2", "--pyvrp_seconds", "0.2")
-    assert set(table) == {"ppo", *BASELINES}
-    assert all(set(row) == FIELDS for row in table.values())
-    assert "gap to PyVRP" in stdout
+    table, routes, stdout = _evaluate(smoke_run, tmp_path, capsys, "--pyvrp_episodes", "2", "--pyvrp_seconds", "0.2",
+                                      "--hindsight_seconds", "0.3")
+    assert set(table) == {"ppo", *BASELINES, "hindsight"}
+    assert all(set(row) == FIELDS | GAP for row in table.values())
+    assert "gap to PyVRP" in stdout and "gap to hindsight" in stdout
+    # the hindsight oracle knows the day: above every online policy, and so every gap to it is positive
+    hindsight = table["hindsight"]
+    assert hindsight["gap_to_hindsight_pct"] == 0.0 and hindsight["mean_refused"] == 0.0
+    for policy, row in table.items():
+        if policy != "hindsight":
+            assert row["mean_return"] < hindsight["mean_return"] and row["gap_to_hindsight_pct"] > 0, policy
     assert table["clairvoyant"]["mean_failure_rate"] < table["random"]["mean_failure_rate"]
     assert len(routes["episodes"]) == 12
     served = 0.0
