@@ -55,7 +55,7 @@ def insertion_solve(problem, device: torch.device) -> tuple[torch.Tensor, torch.
     m = int(problem["num_vehicles"][0])
     oracle = InsertionOracle(r, m, s - 1, device=device, dtype=problem["loc"].dtype)
     oracle.reset(torch.ones(r, dtype=torch.bool, device=device), problem["loc"][:, 0], problem["horizon"],
-                 problem["capacity"])
+                 problem["capacity"], torch.full((r,), m, device=device))
     feasible = torch.ones(r, dtype=torch.bool, device=device)
     for i in range(1, s):
         window = torch.stack([problem["ready"][:, i], problem["due"][:, i]], -1).unsqueeze(1)

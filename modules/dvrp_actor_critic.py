@@ -18,7 +18,8 @@ class DVRPActorCritic(ActorCriticNetwork):
       customers not yet decided (status column ``-3`` is 1) are padded out of attention, so the
       encoder sees only what is known. The encoder is permutation-equivariant in the customers.
     * Context ``[B, H]``: mean of the visible tokens, the depot token, the request's token, an MLP of
-      ``request`` and a mean / max pooling over ``vehicles`` ``[B, M, 3]``.
+      ``request`` and a mean / max pooling over the day's fleet in ``vehicles`` ``[B, M, 4]`` (its last column
+      marks the vehicles of the day's fleet; the others are left out, so a day plays alike in an env of any M).
     * Policy: logit of action a = MLP(context + embed(offers[a])), ``offers`` ``[B, A, 8]`` (shift,
       window, insertion cost, feasibility), so one head serves any number of shifts S.
     * Value: MLP(context) ``[B, 1]``.
@@ -99,9 +100,11 @@ class DVRPActorCritic(ActorCriticNetwork):
         h = self.encoder(tokens, padding)
         visible = (~padding).unsqueeze(-1).to(h.dtype)
         pooled = (h * visible).sum(1) / visible.sum(1)
-        fleet = self.vehicle_embed(vehicles)
+        fleet = self.vehicle_embed(vehicles)  # [R, M, H], >= 0 (ReLU)
+        in_fleet = (vehicles[..., -1:] > 0.5).to(fleet.dtype)  # the day's vehicles (a smaller day has fewer)
+        fleet = fleet * in_fleet
         return self.context(torch.cat([pooled, h[:, 0], h[:, 1], self.request_embed(request),
-                                       fleet.mean(1), fleet.amax(1)], -1))
+                                       fleet.sum(1) / in_fleet.sum(1).clamp_min(1.0), fleet.amax(1)], -1))
 
     def policy(self, hidden: Tensor, offers: Tensor) -> Tensor:
         return self.policy_mlp(hidden.unsqueeze(-2) + self.offer_embed(offers)).squeeze(-1)

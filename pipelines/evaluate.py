@@ -22,7 +22,9 @@ DVRP also has the ``hindsight`` row (in the default ``--policies``): the hindsig
 whole day at the start (every request and the customer's type) and picks each customer's window, or none, and the
 routes to maximise the same return, solved with PyVRP in ``--hindsight_seconds`` per episode on ``--hindsight_workers``
 processes (:mod:`envs.dvrp.hindsight`); every row then gets its gap to it, the mean over episodes of
-``(hindsight - return) / hindsight`` in % ± SE (``gap_to_hindsight_pct`` in the JSON line).
+``(hindsight - return) / hindsight`` in % ± SE (``gap_to_hindsight_pct`` in the JSON line). With ``--pyvrp_episodes K``
+too, each row also gets the gap of its return with its K plans re-solved (``gap_to_hindsight_resolved_pct``): the
+same decisions with the online insertion plan replaced by PyVRP's, so what remains is what the decisions lose.
 ``--video FILE.mp4|.gif`` also writes one episode of the trained policy as a video (envs that draw themselves:
 hockey, vacuum, gymnasium envs, DVRP's plan growing over an episode). ``--instances GLOB`` is short for
 ``--data.init_args.env.init_args.instances=GLOB`` with the files' own capacity. A run's learned env model (the
@@ -398,19 +400,31 @@ def main(argv: list[str] | None = None) -> dict:
                   f"({args.hindsight_seconds:g} s each on {min(args.hindsight_workers, args.episodes)} processes)")
             hindsight = {label: hindsight_gap(results[HINDSIGHT]["episode_return"], result["episode_return"])
                          for label, result in results.items()}
-        gaps = {}
+        gaps, resolved = {}, {}
         for label, result in results.items():
             found = [(plan["cost_km"], config.reference_cost(plan, args.pyvrp_seconds))
                      for plan in result.get("plans", [])[:args.pyvrp_episodes]]
             ratios = [online / ref - 1.0 for online, ref in found if ref]
             if found:
                 gaps[label] = sum(ratios) / max(len(ratios), 1)
+            if found and with_hindsight:  # the same decisions, the plan re-solved: what the decisions alone lose
+                saved = torch.tensor([online - ref if ref is not None else 0.0 for online, ref in found],
+                                     dtype=torch.float64)
+                k = len(found)
+                resolved[label] = hindsight_gap(results[HINDSIGHT]["episode_return"][:k],
+                                                result["episode_return"][:k] + saved)
         rows = {label: summary(result, config.outcome_keys) for label, result in results.items()}
         where = f", setting {setting} {values}" if setting is not None else ""
         print(f"{args.episodes} episodes, seed {args.seed}{where}" + (f", instances {args.instances}" if args.instances else ""))
         _print_table(results, rows, name, gaps, hindsight)
         for label, (gap, se) in hindsight.items():
             rows[label].update(gap_to_hindsight_pct=gap, gap_to_hindsight_se_pct=se)
+        if resolved:
+            print(f"gap to hindsight with each policy's plans of the first {args.pyvrp_episodes} episodes re-solved by "
+                  f"PyVRP (the same customers and windows; the routing's share of the gap removed):")
+            for label, (gap, se) in resolved.items():
+                print(f"  {label:12s} {gap:7.2f} ± {se:4.2f}%")
+                rows[label].update(gap_to_hindsight_resolved_pct=gap, gap_to_hindsight_resolved_se_pct=se)
         for label, row in rows.items():
             table[label] = row if setting is None else {**table.get(label, {}), setting: row}
         if args.routes_out and setting is None:

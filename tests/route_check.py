@@ -12,8 +12,8 @@ def check_exported_plan(ep: dict, tol: float = 1e-9) -> float:
 
     Checks: every routed customer is served and every served customer is routed exactly once; windows
     are not empty; service starts inside the agreed window (travel time = distance, waiting allowed);
-    each route is back at the depot by its due time; loads fit the capacity; the recomputed distance
-    matches ``cost_km``.
+    each route is back at the depot by its due time; loads fit the capacity; no more routes than the day's fleet
+    (``num_vehicles``); the recomputed distance matches ``cost_km``.
     """
     depot, horizon, capacity = (ep["depot"]["x"], ep["depot"]["y"]), ep["depot"]["due"], ep["capacity"]
     customers = {c["id"]: c for c in ep["customers"]}
@@ -37,5 +37,7 @@ def check_exported_plan(ep: dict, tol: float = 1e-9) -> float:
         assert t + d <= horizon + tol, f"route {route} returns at {t + d} > H = {horizon}"
         assert load <= capacity + 1e-6, f"route {route} carries {load} > Q = {capacity}"
     assert sorted(visited) == sorted(customers), "a served customer is missing from or repeated in the routes"
+    used = sum(1 for route in ep["routes"] if route)
+    assert used <= ep["num_vehicles"], f"{used} routes for a fleet of {ep['num_vehicles']}"
     assert total == pytest.approx(ep["cost_km"], rel=1e-4, abs=1e-3)
     return total

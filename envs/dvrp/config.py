@@ -25,8 +25,12 @@ class DVRPConfig(EnvConfig):
     """Dynamic VRP with time windows and window offers; defaults from ``shared/notes/dvrp-defaults.md``.
 
     Args:
-        num_customers: N requests per episode (episode length, in steps).
-        num_vehicles: M identical vehicles.
+        num_customers: N requests per episode (episode length, in steps), or a list of sizes for days of mixed
+            sizes: each episode draws one entry uniformly (with the ``num_vehicles`` entry of the same index), and
+            the env is shaped for the largest (observations ``[B, N_max, ...]``; a smaller day's extra rows stay
+            unseen and its extra vehicles are out of its fleet). One checkpoint then plays every size.
+        num_vehicles: M identical vehicles, or a list paired with ``num_customers``' list (one M for every size
+            when a number).
         capacity: vehicle capacity Q (demand units); ``None`` takes each instance file's own.
         horizon: depot closing time H (time units; travel time = distance in km). Generated only.
         window_width: preferred window width w (time units). Generated only.
@@ -69,8 +73,8 @@ class DVRPConfig(EnvConfig):
 
     def __init__(
         self,
-        num_customers: int = 30,
-        num_vehicles: int = 2,
+        num_customers: int | list[int] = 30,
+        num_vehicles: int | list[int] = 2,
         capacity: float | None = 250.0,
         horizon: float = 1000.0,
         window_width: float = 120.0,
@@ -92,8 +96,8 @@ class DVRPConfig(EnvConfig):
         refusal_mask_threshold: float | None = None,
     ) -> None:
         type_mix = [float(p) for p in type_mix]
-        require(num_customers >= 1, "num_customers", num_customers, "must be >= 1")
-        require(num_vehicles >= 1, "num_vehicles", num_vehicles, "must be >= 1")
+        self.sizes = _sizes(num_customers, num_vehicles)
+        num_customers, num_vehicles = max(n for n, _ in self.sizes), max(m for _, m in self.sizes)
         require(capacity is None or capacity > 0, "capacity", capacity, "must be > 0 or null (files' own)")
         require(max_shift >= 0, "max_shift", max_shift, "must be >= 0")
         require(len(type_mix) >= 1 and all(p >= 0 for p in type_mix) and abs(sum(type_mix) - 1.0) < 1e-6,
@@ -102,6 +106,8 @@ class DVRPConfig(EnvConfig):
         require(layout in ("R", "C", "RC"), "layout", layout, "one of R, C, RC")
         require(oracle in ("insertion", "neural"), "oracle", oracle, "one of: insertion, neural")
         require(oracle_augment >= 1, "oracle_augment", oracle_augment, "must be >= 1")
+        require(oracle != "neural" or len(self.sizes) == 1, "num_customers", [n for n, _ in self.sizes],
+                "one size with oracle: neural (its routing policy is trained for one N)")
         require(oracle != "neural" or oracle_checkpoint is not None, "oracle_checkpoint", oracle_checkpoint,
                  "a routing-policy checkpoint is required with oracle: neural (train one with configs/vrptw_oracle.yaml)")
         require(dtype in ("float32", "float64"), "dtype", dtype, "one of float32, float64")
@@ -197,22 +203,22 @@ class DVRPConfig(EnvConfig):
     def reference_cost(self, episode: dict, seconds: float) -> float | None:
         """PyVRP's cost (km) of an exported episode's served set with its agreed windows
         (:func:`envs.dvrp.reference.solve_with_pyvrp`), or None when it finds no plan."""
-        found = solve_with_pyvrp(episode, self.num_vehicles, seconds)
+        found = solve_with_pyvrp(episode, episode["num_vehicles"], seconds)
         return None if found is None else found[0]
 
     def hindsight(self, days: list[dict], seconds: float, workers: int = 1) -> dict[str, Tensor]:
         """The hindsight oracle's plan of every exported day (:func:`envs.dvrp.hindsight.solve_days`), as
         per-episode results ``[E]`` float64: ``episode_return``, ``plan_cost_km``, ``served``, ``failure_rate``
         (customers not served / N) and ``refused`` (0: it offers only windows the customer accepts)."""
-        plans = solve_days(days, self.num_vehicles, self.max_shift, self.served_reward, seconds, workers)
-        n = self.num_customers
+        plans = solve_days(days, self.max_shift, self.served_reward, seconds, workers)
 
         def column(values) -> Tensor:
             return torch.tensor(list(values), dtype=torch.float64)
 
         return {"episode_return": column(p.episode_return for p in plans),
                 "plan_cost_km": column(p.cost_km for p in plans), "served": column(p.served for p in plans),
-                "failure_rate": column((n - p.served) / n for p in plans), "refused": column(0.0 for _ in plans)}
+                "failure_rate": column((len(d["requests"]) - p.served) / len(d["requests"]) for d, p in zip(days, plans)),
+                "refused": column(0.0 for _ in plans)}
 
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> DVRPEnv:
         """Build the env.
@@ -224,6 +230,28 @@ class DVRPConfig(EnvConfig):
             raise ValueError(f"env.oracle=neural needs the routing policy of env.oracle_checkpoint="
                              f"{self.oracle_checkpoint!r}, read from the file and handed over by attach_model")
         return DVRPEnv(self, num_envs=num_envs, seed=seed, device=device)
+
+
+def _sizes(num_customers: int | list[int], num_vehicles: int | list[int]) -> list[tuple[int, int]]:
+    """The (N, M) pairs of ``num_customers`` and ``num_vehicles`` (numbers or lists of one length; a number pairs
+    with every entry of the other's list).
+
+    Raises:
+        ValueError: an empty list, lists of different lengths, an N or M below 1 (the message names the key).
+    """
+    customers = list(num_customers) if isinstance(num_customers, (list, tuple)) else [num_customers]
+    vehicles = list(num_vehicles) if isinstance(num_vehicles, (list, tuple)) else [num_vehicles]
+    require(len(customers) >= 1, "num_customers", num_customers, "a number or a non-empty list")
+    require(len(vehicles) >= 1, "num_vehicles", num_vehicles, "a number or a non-empty list")
+    require(len(customers) == len(vehicles) or len(customers) == 1 or len(vehicles) == 1, "num_vehicles",
+            num_vehicles, f"a number or a list as long as num_customers={num_customers} (one fleet per size)")
+    count = max(len(customers), len(vehicles))
+    customers, vehicles = customers * (count // len(customers)), vehicles * (count // len(vehicles))
+    for n in customers:
+        require(isinstance(n, int) and n >= 1, "num_customers", num_customers, "whole numbers >= 1")
+    for m in vehicles:
+        require(isinstance(m, int) and m >= 1, "num_vehicles", num_vehicles, "whole numbers >= 1")
+    return list(zip(customers, vehicles))
 
 
 def _scripted(name: str, env, seed: int) -> ScriptedOfferPolicy:

@@ -17,9 +17,10 @@ from tensordict import TensorDict
 from torch import Tensor
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 
+from envs import rng
 from envs.checks import rows_of
 from envs.dvrp.customers import acceptance_log_prob
-from envs.dvrp.generator import type_posterior
+from envs.dvrp.generator import _SIZE, type_posterior
 from envs.dvrp.neural_oracle import NeuralOracle
 from envs.dvrp.oracle import CostOracle, InsertionOracle
 from envs.dvrp.render import plot_routes
@@ -32,7 +33,7 @@ UNSEEN, SERVED, LOST = 0, 1, 2
 COORD_SCALE = 100.0  # km; coordinates are divided by it in observations
 STATIC_FEATURES = 7  # + K attributes: x, y, demand/Q, window start/H, end/H, service/H, slot/H
 OFFER_FEATURES = 8  # + 1 (predicted acceptance) with a flexibility model
-VEHICLE_FEATURES = 3
+VEHICLE_FEATURES = 4
 REPORT_KEYS = ("plan_cost_km", "served", "failure_rate", "refused")
 _PACKED = ("demand", "service", "ready", "due", "slot")  # packed customer columns 2..6 (after x, y)
 _DEMAND, _SERVICE, _READY, _DUE, _SLOT, _ATTR = 2, 3, 4, 5, 6, 7
@@ -54,13 +55,15 @@ class DVRPEnv(RowSeededEnv):
           the future is not observed. With a flexibility model (``config.flexibility``) the K
           attributes are followed by the model's p(k | attributes) ``[K]`` and embedding ``[D]``
           (computed when the episode starts, with the model of that moment): ``[B, N, 10 + 2K + D]``.
-        * ``request`` ``[B, 10 + K]`` (``[B, 10 + 2K + D]`` with the model): the current request's x/100,
+        * ``request`` ``[B, 11 + K]`` (``[B, 11 + 2K + D]`` with the model): the current request's x/100,
           y/100, demand/Q, e/H, l/H, service/H, slot/H, K attributes (and the model's columns; zeros at
-          ``done``), then t/N, served/N, plan cost / (N * served_reward).
+          ``done``), then t/N, served/N, plan cost / (N * served_reward) and the requests still to come,
+          (N - t)/100 (N: the day's size).
         * ``offers`` ``[B, A, 8]``: per action shift/S, |shift|/S, is-reject, offered window start/H,
           end/H, width/slot, insertion cost / served_reward, feasible; with the model a 9th column, the
           predicted acceptance probability P(k >= |s| | x) (0 for reject).
-        * ``vehicles`` ``[B, M, 3]``: load/Q, customers on the route / N, return time to the depot / H.
+        * ``vehicles`` ``[B, M, 4]``: load/Q, customers on the route / N, return time to the depot / H, and 1 for
+          the vehicles of the day's fleet (0 for the rest of the M slots, on a smaller day of mixed sizes).
         * ``depot`` ``[B, 2]``: depot x/100, y/100.
         * ``action_mask`` bool ``[B, A]``: True = allowed. An offer is masked when its window is empty
           after clipping or cannot be inserted feasibly (capacity, every promised window, return by H).
@@ -80,7 +83,14 @@ class DVRPEnv(RowSeededEnv):
         ``served_reward * accepted - (plan cost after - plan cost before)`` (km-equivalents), ``[B, 1]``.
 
     Termination:
-        ``done = terminated`` after the N-th request (every row at the same step; no truncation).
+        ``done = terminated`` after the day's N-th request (no truncation).
+
+    Sizes:
+        With several sizes (``config.sizes``, from lists in ``num_customers`` / ``num_vehicles``), every
+        episode draws its (N, M) uniformly; the tensors are shaped for the largest, ``N_max`` customer rows
+        and ``M_max`` vehicles: a day of N < N_max uses the first N of its N_max drawn customers (a uniform
+        subset, as arrivals are in random order; the rest stay unseen) and the first M vehicles (the others
+        take no customer).
 
     Seeding:
         Row b of an env seeded ``s`` plays the episodes of a single env seeded ``s + b`` (counter-based
@@ -115,6 +125,9 @@ class DVRPEnv(RowSeededEnv):
             self.oracle = InsertionOracle(b, m, n, device=dev, dtype=self.dtype)
         self.oracle.checks = self.checks  # deferred with the env's (no host read per step on a GPU)
         self.type_mix = torch.tensor(config.type_mix, dtype=torch.float32, device=dev)
+        self.sizes = torch.tensor(config.sizes, dtype=torch.long, device=dev)  # [P, 2]: (N, M) pairs
+        self.size = torch.full((b,), n, dtype=torch.long, device=dev)  # N of each row's day
+        self.fleet = torch.full((b,), m, dtype=torch.long, device=dev)  # M of each row's day
         self.row_seed = torch.zeros(b, dtype=torch.long, device=dev)
         self.episode = torch.zeros(b, dtype=torch.long, device=dev)
         self._set_seed(seed)
@@ -141,6 +154,7 @@ class DVRPEnv(RowSeededEnv):
         self._need = torch.cat([self.shifts.abs(), torch.tensor([k], device=dev)])
         self._steps = self.shifts.to(self.dtype).view(-1, 1)  # [W, 1]
         self._ones = torch.ones(b, 1, dtype=torch.bool, device=dev)
+        self._vehicle = torch.arange(m, device=dev)
         self._zeros = torch.zeros(b, 1, device=dev)
         offer_const = torch.stack([self.shifts / max(s, 1), self.shifts.abs() / max(s, 1),
                                    torch.zeros(self.num_windows, device=dev)], -1)
@@ -159,7 +173,7 @@ class DVRPEnv(RowSeededEnv):
             kind=Unbounded(shape=(b,), dtype=torch.long, device=self.device), shape=(b,))}
         self.observation_spec = Composite(
             customers=Unbounded(shape=(b, n, STATIC_FEATURES + k + extra + 3), **f32),
-            request=Unbounded(shape=(b, 10 + k + extra), **f32),
+            request=Unbounded(shape=(b, 11 + k + extra), **f32),
             offers=Unbounded(shape=(b, a, OFFER_FEATURES + (extra > 0)), **f32),
             vehicles=Unbounded(shape=(b, m, VEHICLE_FEATURES), **f32),
             depot=Unbounded(shape=(b, 2), **f32),
@@ -206,6 +220,10 @@ class DVRPEnv(RowSeededEnv):
         b = self.batch_size[0]
         rows, idx, _, keys = self.start_episodes(tensordict)
         new = self.config.source.sample(keys, self.dtype).to(self.device)
+        if self.sizes.shape[0] > 1:
+            pick = (rng.uniform(keys, _SIZE, (), torch.float64) * self.sizes.shape[0]).long()
+            drawn = self.sizes.index_select(0, pick.clamp_max(self.sizes.shape[0] - 1).to(self.device))
+            self.size[idx], self.fleet[idx] = drawn[:, 0], drawn[:, 1]
         self.instances[idx] = new
         self.customers[idx] = torch.cat([new["xy"], torch.stack([new[c] for c in _PACKED], -1), new["attributes"]], -1)
         horizon, capacity = new["horizon"][:, None, None], new["capacity"][:, None, None]
@@ -221,7 +239,7 @@ class DVRPEnv(RowSeededEnv):
         self.agreed = torch.where(rows.view(-1, 1, 1), 0.0, self.agreed)
         self.counts = torch.where(rows.unsqueeze(-1), 0.0, self.counts)
         inst = self.instances
-        self.oracle.reset(rows, inst["depot"], inst["horizon"], inst["capacity"])
+        self.oracle.reset(rows, inst["depot"], inst["horizon"], inst["capacity"], self.fleet)
         unseen = torch.zeros_like(self.table[0])
         unseen[:, -3 + UNSEEN] = 1.0
         self.table = torch.where(rows.view(-1, 1, 1), unseen, self.table)
@@ -231,11 +249,12 @@ class DVRPEnv(RowSeededEnv):
 
     def _step(self, tensordict: TensorDict) -> TensorDict:
         b, n, w = self.batch_size[0], self.config.num_customers, self.num_windows
+        size = self.size
         action = tensordict["action"].reshape(b)
         self.checks("action_mask", ~self.mask.gather(1, action.unsqueeze(-1)).squeeze(-1), lambda bad: ValueError(
             f"action violates action_mask in rows {rows_of(bad)}: only offers with a feasible window "
             f"(and reject, index {self.num_actions - 1}) are allowed"))
-        self.checks("finished", self.t >= n, lambda bad: RuntimeError(
+        self.checks("finished", self.t >= size, lambda bad: RuntimeError(
             f"step() on a finished episode in rows {rows_of(bad)}: reset the done rows first"))
         flat = self._row + self.t.clamp_max(n - 1)  # in range under deferred checks too (the error comes at the read)
         accept = self._need.index_select(0, action) <= self.kind.view(-1).index_select(0, flat)
@@ -262,7 +281,7 @@ class DVRPEnv(RowSeededEnv):
         self.t = self.t + 1
         self._quote()
         out = self._observation()
-        done, reward = (self.t >= n).unsqueeze(-1), reward.float().unsqueeze(-1)
+        done, reward = (self.t >= size).unsqueeze(-1), reward.float().unsqueeze(-1)
         out.update({"reward": reward, "episode_reward": self.episode_returns(reward), "done": done,
                     "terminated": done.clone()})
         return out
@@ -271,7 +290,7 @@ class DVRPEnv(RowSeededEnv):
     def _quote(self) -> None:
         """Price the current request under every shift; refresh ``windows``, ``mask`` and ``offer_cost``."""
         n = self.config.num_customers
-        live = self.t < n
+        live = self.t < self.size
         u = self._current()
         req = self.customers.view(-1, self.customers.shape[-1]).index_select(0, u)
         self._request = self.static.view(-1, self.static.shape[-1]).index_select(0, u)
@@ -289,13 +308,14 @@ class DVRPEnv(RowSeededEnv):
         self.offer_cost = torch.cat([torch.where(feasible, quote.delta, 0.0).float(), self._zeros], -1)
 
     def _observation(self) -> TensorDict:
-        b, n, r = self.batch_size[0], self.config.num_customers, self.config.served_reward
+        b, r = self.batch_size[0], self.config.served_reward
+        n = self.size.unsqueeze(-1)
         inst = self.instances
         horizon = inst["horizon"].unsqueeze(-1)
         plan_cost = self.oracle.cost().float().unsqueeze(-1)
         served, refused = self.counts[:, :1], self.counts[:, 1:]
         t = self.t.unsqueeze(-1)
-        progress = torch.cat([t / n, served / n, plan_cost / (n * r)], -1)
+        progress = torch.cat([t / n, served / n, plan_cost / (n * r), (n - t) / 100.0], -1)
         windows = (self.windows / horizon.unsqueeze(-1)).float()
         width = (windows[..., 1:] - windows[..., :1]) / self._request[:, None, 6:7].clamp_min(1e-9)
         offered = torch.nn.functional.pad(torch.cat([windows, width], -1), (0, 0, 0, 1))  # reject row: zeros
@@ -305,7 +325,8 @@ class DVRPEnv(RowSeededEnv):
             offers.append(torch.nn.functional.pad(self._accept_p, (0, 1)).unsqueeze(-1))
         offers = torch.cat(offers, -1)
         load, count, back = self.oracle.vehicles()
-        vehicles = torch.stack([load / inst["capacity"].unsqueeze(-1), count / n, back / horizon], -1).float()
+        in_fleet = (self._vehicle < self.fleet.unsqueeze(-1)).to(load.dtype)
+        vehicles = torch.stack([load / inst["capacity"].unsqueeze(-1), count / n, back / horizon, in_fleet], -1).float()
         outcome = {} if self.flexibility is None else {"outcome": self._outcome}
         return TensorDict(
             customers=self.table,
@@ -365,12 +386,12 @@ class DVRPEnv(RowSeededEnv):
     def export_episodes(self, rows: list[int] | None = None) -> list[dict]:
         """The current plans of ``rows`` (default all) as plain JSON-able dicts (call at ``done``, before a reset).
 
-        Each dict: ``depot`` {x, y, due}, ``capacity``, ``customers`` (served only, with ``id`` = arrival
-        index + 1, x, y, demand, service_time and the agreed ``window`` [start, end]), ``routes`` (customer
-        ids per vehicle in visiting order; depot implied at both ends) and ``cost_km``.
+        Each dict: ``depot`` {x, y, due}, ``capacity``, ``num_vehicles`` (the day's fleet), ``customers`` (served
+        only, with ``id`` = arrival index + 1, x, y, demand, service_time and the agreed ``window`` [start, end]),
+        ``routes`` (customer ids per vehicle in visiting order; depot implied at both ends) and ``cost_km``.
         """
         inst = self.instances.cpu().to(torch.float64) if self.dtype != torch.float64 else self.instances.cpu()
-        routes, cost = self.oracle.routes().cpu(), self.oracle.cost().cpu()
+        routes, cost, fleet = self.oracle.routes().cpu(), self.oracle.cost().cpu(), self.fleet.cpu()
         status, agreed = self.status.cpu(), self.agreed.cpu().double()
         out = []
         for r in range(self.batch_size[0]) if rows is None else rows:
@@ -379,6 +400,7 @@ class DVRPEnv(RowSeededEnv):
                 "depot": {"x": float(inst["depot"][r, 0]), "y": float(inst["depot"][r, 1]),
                           "due": float(inst["horizon"][r])},
                 "capacity": float(inst["capacity"][r]),
+                "num_vehicles": int(fleet[r]),
                 "customers": [{"id": i + 1, "x": float(inst["xy"][r, i, 0]), "y": float(inst["xy"][r, i, 1]),
                                "demand": float(inst["demand"][r, i]), "service_time": float(inst["service"][r, i]),
                                "window": [float(agreed[r, i, 0]), float(agreed[r, i, 1])]} for i in served],
@@ -392,19 +414,23 @@ class DVRPEnv(RowSeededEnv):
         hindsight oracle (:func:`envs.dvrp.hindsight.solve_hindsight`). Valid from the episode's reset to its
         ``done`` (before the next reset).
 
-        Each dict: ``depot`` {x, y, due}, ``capacity`` and ``requests``, every request in arrival order with ``id``
+        Each dict: ``depot`` {x, y, due}, ``capacity``, ``num_vehicles`` (the day's fleet M) and ``requests``, the
+        day's N requests in arrival order with ``id``
         = arrival index + 1, x, y, demand, service_time, the preferred ``window`` [e, l], the shift ``slot`` and the
         hidden type ``kind`` (it accepts shifts with |s| <= kind).
         """
         inst = self.instances.cpu().to(torch.float64)
+        size, fleet = self.size.cpu(), self.fleet.cpu()
         out = []
         for r in range(self.batch_size[0]) if rows is None else rows:
-            columns = [inst[key][r].tolist() for key in ("demand", "service", "ready", "due", "slot")]
+            n = int(size[r])
+            columns = [inst[key][r, :n].tolist() for key in ("demand", "service", "ready", "due", "slot")]
             xy, kind = inst["xy"][r].tolist(), inst["kind"][r].tolist()
             out.append({
                 "depot": {"x": float(inst["depot"][r, 0]), "y": float(inst["depot"][r, 1]),
                           "due": float(inst["horizon"][r])},
                 "capacity": float(inst["capacity"][r]),
+                "num_vehicles": int(fleet[r]),
                 "requests": [{"id": i + 1, "x": xy[i][0], "y": xy[i][1], "demand": demand, "service_time": service,
                               "window": [ready, due], "slot": slot, "kind": int(kind[i])}
                              for i, (demand, service, ready, due, slot) in enumerate(zip(*columns))],

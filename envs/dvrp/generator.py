@@ -31,8 +31,8 @@ from torch import Tensor
 from envs import rng
 
 # stream ids of the counter-based generator (distinct per drawn quantity)
-_XY, _DEMAND, _READY, _KIND, _ATTR, _CLUSTER, _CENTRE, _OFFSET, _MIX, _FILE, _PICK = (
-    10, 12, 14, 16, 18, 22, 24, 26, 30, 32, 34,
+_XY, _DEMAND, _READY, _KIND, _ATTR, _CLUSTER, _CENTRE, _OFFSET, _MIX, _FILE, _PICK, _SIZE = (
+    10, 12, 14, 16, 18, 22, 24, 26, 30, 32, 34, 36,
 )
 
 

@@ -88,14 +88,14 @@ def plan_cost(day: dict, routes: list[list[int]]) -> float:
     return total
 
 
-def solve_hindsight(day: dict, num_vehicles: int, max_shift: int, served_reward: float, seconds: float = 2.0,
-                    scale: int = 100, seed: int = 0) -> HindsightPlan:
+def solve_hindsight(day: dict, max_shift: int, served_reward: float, seconds: float = 2.0, scale: int = 100,
+                    seed: int = 0) -> HindsightPlan:
     """The hindsight plan of one day (see the module docstring).
 
     Args:
-        day: one day of :meth:`envs.dvrp.env.DVRPEnv.export_days`: ``depot`` {x, y, due}, ``capacity`` and every
-            ``requests`` entry {id, x, y, demand, service_time, window [e, l], slot, kind}.
-        num_vehicles: M, identical vehicles of the day's capacity leaving the depot at 0, back by ``due``.
+        day: one day of :meth:`envs.dvrp.env.DVRPEnv.export_days`: ``depot`` {x, y, due}, ``capacity``,
+            ``num_vehicles`` (M identical vehicles leaving the depot at 0, back by ``due``) and every ``requests``
+            entry {id, x, y, demand, service_time, window [e, l], slot, kind}.
         max_shift: S, the largest shift the env offers.
         served_reward: the env's reward per served customer (km-equivalents).
         seconds: PyVRP's time limit (s).
@@ -138,7 +138,7 @@ def solve_hindsight(day: dict, num_vehicles: int, max_shift: int, served_reward:
     data = pyvrp.ProblemData(
         locations=[pyvrp.Location(x=float(x), y=float(y)) for x, y in points],
         clients=clients, depots=[pyvrp.Depot(location=0, tw_early=0, tw_late=due)],
-        vehicle_types=[pyvrp.VehicleType(num_available=num_vehicles, capacity=[round(day["capacity"])],
+        vehicle_types=[pyvrp.VehicleType(num_available=int(day["num_vehicles"]), capacity=[round(day["capacity"])],
                                          tw_early=0, tw_late=due)],
         distance_matrices=[distance], duration_matrices=[duration],
         groups=[pyvrp.ClientGroup(members, required=False) for members in groups])
@@ -162,13 +162,13 @@ def solve_hindsight(day: dict, num_vehicles: int, max_shift: int, served_reward:
                          time.perf_counter() - start_time)
 
 
-def check_plan(day: dict, plan: HindsightPlan, num_vehicles: int, max_shift: int, tol: float = 1e-6) -> None:
+def check_plan(day: dict, plan: HindsightPlan, max_shift: int, tol: float = 1e-6) -> None:
     """Raise ``AssertionError`` unless ``plan`` is a feasible plan of ``day`` in exact arithmetic: at most M routes,
     each customer at most once, with a window it accepts, the load within capacity, service starting inside each
     window (waiting allowed, leaving the depot at 0) and each route back by the horizon."""
     horizon = float(day["depot"]["due"])
     by_id = {r["id"]: r for r in day["requests"]}
-    assert len(plan.routes) <= num_vehicles, f"{len(plan.routes)} routes > {num_vehicles} vehicles"
+    assert len(plan.routes) <= day["num_vehicles"], f"{len(plan.routes)} routes > {day['num_vehicles']} vehicles"
     visited = [i for route in plan.routes for i in route]
     assert len(visited) == len(set(visited)), "a customer is served twice"
     depot = (day["depot"]["x"], day["depot"]["y"])
@@ -185,9 +185,10 @@ def check_plan(day: dict, plan: HindsightPlan, num_vehicles: int, max_shift: int
         assert now + math.dist(here, depot) <= horizon + tol, "route back after the horizon"
 
 
-def solve_days(days: list[dict], num_vehicles: int, max_shift: int, served_reward: float, seconds: float,
+def solve_days(days: list[dict], max_shift: int, served_reward: float, seconds: float,
                workers: int = 1) -> list[HindsightPlan]:
-    """:func:`solve_hindsight` of every day (seed 0 each), on ``workers`` processes (forkserver) when above 1.
+    """:func:`solve_hindsight` of every day (seed 0 each), on ``workers`` processes when above 1 (spawned: the
+    process's fork server, which the rollout workers start from with torch imported, is left to them).
 
     Raises:
         ValueError: ``seconds`` not positive or ``workers`` below 1.
@@ -196,10 +197,9 @@ def solve_days(days: list[dict], num_vehicles: int, max_shift: int, served_rewar
         raise ValueError(f"hindsight workers={workers}: must be >= 1")
     if not seconds > 0:
         raise ValueError(f"hindsight seconds={seconds}: must be > 0")
-    solve = partial(solve_hindsight, num_vehicles=num_vehicles, max_shift=max_shift, served_reward=served_reward,
-                    seconds=seconds)
+    solve = partial(solve_hindsight, max_shift=max_shift, served_reward=served_reward, seconds=seconds)
     if workers == 1 or len(days) <= 1:
         return [solve(day) for day in days]
-    context = multiprocessing.get_context("forkserver")
+    context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(workers, len(days)), mp_context=context) as pool:
         return list(pool.map(solve, days))

@@ -103,7 +103,11 @@ class NeuralOracle(CostOracle):
         self._quoted: dict = {}
         self.checks = Checks()
 
-    def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor) -> None:
+    def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor, fleet: Tensor) -> None:
+        """See :meth:`CostOracle.reset`; every row's fleet must be all M vehicles (``DVRPConfig`` allows one size
+        with this oracle: its routing policy is trained for one N and M)."""
+        self.checks("fleet", rows & (fleet != self.num_vehicles), lambda bad: ValueError(
+            f"NeuralOracle plans with all {self.num_vehicles} vehicles; rows {rows_of(bad)} have smaller fleets"))
         dtype = self.xy.dtype
         self.depot = torch.where(rows.unsqueeze(-1), depot.to(dtype), self.depot)
         self.horizon = torch.where(rows, horizon.to(dtype), self.horizon)

@@ -51,8 +51,9 @@ class CostOracle(ABC):
     checks: Checks
 
     @abstractmethod
-    def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor) -> None:
-        """Empty the plans of ``rows`` (bool ``[B]``) for depots ``[B, 2]``, horizons and capacities ``[B]``."""
+    def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor, fleet: Tensor) -> None:
+        """Empty the plans of ``rows`` (bool ``[B]``) for depots ``[B, 2]``, horizons and capacities ``[B]`` and
+        fleets ``[B]`` (int64: the first ``fleet`` of the M vehicles serve the day, the others take nobody)."""
 
     @abstractmethod
     def quote(self, request: Tensor, xy: Tensor, demand: Tensor, service: Tensor, windows: Tensor) -> Quote:
@@ -115,7 +116,8 @@ def price(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, x: Tenso
     """Cheapest insertion of one request per row under W windows (the quote's arithmetic).
 
     Args:
-        plan: ``[9, S, M, B]`` the positions in use of the plan. length / load: ``[M, B]``. capacity: ``[B]``.
+        plan: ``[9, S, M, B]`` the positions in use of the plan. length / load / capacity: ``[M, B]`` (a
+            vehicle out of the day's fleet has capacity -1).
         x, y, service, demand: ``[B]`` the request. ends: ``[2, W, B]`` window starts and ends.
         margin: safety margin (time units).
 
@@ -209,13 +211,16 @@ class InsertionOracle(CostOracle):
         self.plan[LATEST] = _PAD_DUE
         self.length = torch.zeros(m, b, dtype=torch.long, device=device)
         self.load = torch.zeros(m, b, device=device, dtype=dtype)
-        self.capacity = torch.zeros(b, device=device, dtype=dtype)
+        self.capacity = torch.zeros(m, b, device=device, dtype=dtype)  # per vehicle; -1 out of the day's fleet
         self.plan_cost = torch.zeros(b, device=device, dtype=dtype)
         self._quoted: dict = {}
         self.checks = Checks()
 
-    def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor) -> None:
+    def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor, fleet: Tensor) -> None:
         dtype, length, b = self.plan.dtype, self.plan.shape[1], self.plan.shape[-1]
+        m = self.plan.shape[2]
+        in_fleet = torch.arange(m, device=fleet.device).unsqueeze(-1) < fleet  # [M, B]
+        capacity = torch.where(in_fleet, capacity.to(dtype), -1.0)  # (demands are >= 0: nothing fits in -1)
         empty = torch.zeros(9, length, 1, b, dtype=dtype, device=self.plan.device)
         empty[X] = depot[:, 0].to(dtype)
         empty[Y] = depot[:, 1].to(dtype)
@@ -226,7 +231,7 @@ class InsertionOracle(CostOracle):
         self.plan = torch.where(rows, empty, self.plan)
         self.length = torch.where(rows, 0, self.length)
         self.load = torch.where(rows, 0.0, self.load)
-        self.capacity = torch.where(rows, capacity.to(dtype), self.capacity)
+        self.capacity = torch.where(rows, capacity, self.capacity)
         self.plan_cost = torch.where(rows, 0.0, self.plan_cost)
 
     def quote(self, request: Tensor, xy: Tensor, demand: Tensor, service: Tensor, windows: Tensor) -> Quote:

@@ -13,6 +13,7 @@ from envs import make_env
 from envs.dvrp import DVRPConfig
 from envs.dvrp.baselines import ScriptedOfferPolicy
 from envs.dvrp.generator import InstanceGenerator, draw_types_and_attributes, type_posterior
+from envs.episodes import play_episodes
 from envs.rng import episode_keys
 from tests.route_check import check_exported_plan
 
@@ -93,9 +94,9 @@ def test_random_rollout_shapes_and_mask(case):
     nxt = r["next"]
     assert r.batch_size == torch.Size([b, steps])
     assert nxt["customers"].shape == (b, steps, n, 10 + k)
-    assert nxt["request"].shape == (b, steps, 10 + k)
+    assert nxt["request"].shape == (b, steps, 11 + k)
     assert nxt["offers"].shape == (b, steps, a, 8)
-    assert nxt["vehicles"].shape == (b, steps, m, 3)
+    assert nxt["vehicles"].shape == (b, steps, m, 4)
     assert nxt["depot"].shape == (b, steps, 2)
     assert nxt["action_mask"].shape == (b, steps, a) and nxt["action_mask"].dtype == torch.bool
     assert nxt["reward"].shape == (b, steps, 1)
@@ -342,7 +343,7 @@ def test_acceptance_rule_follows_hidden_type():
         assert torch.equal(d_served == 1, expect_accept)
         assert torch.equal(d_refused == 1, offered & ~expect_accept)
         # the decided customer's table row: status served / lost, the agreed window once served
-        t = nxt["request"][:, -3] * cfg.num_customers - 1  # progress t / N after the step
+        t = nxt["request"][:, -4] * cfg.num_customers - 1  # progress t / N after the step
         row = nxt["customers"][torch.arange(len(t)), t.round().long()]
         status = row[:, -3:].argmax(-1)  # unseen / served / lost
         assert torch.equal(status, torch.where(expect_accept, 1, 2))
@@ -429,3 +430,47 @@ def test_generator_layouts_and_windows():
     gen = InstanceGenerator(10, "R", 1000.0, 120.0, 10.0, 250.0, 30, mix, 1.5)
     a, b = gen.sample(keys[:2]), gen.sample(keys[:2])
     assert torch.equal(a["xy"], b["xy"]) and not torch.equal(a["xy"][0], a["xy"][1])
+
+
+# ----------------------------------------------------------------------------- days of mixed sizes
+def test_days_of_mixed_sizes_end_after_their_own_requests_and_use_their_own_fleet():
+    """``num_customers: [4, 9]`` with ``num_vehicles: [1, 3]``: each episode draws one pair; a 4-customer day ends
+    after 4 requests, routes on one vehicle, and its observation says so (progress, fleet column); its exported
+    day holds its 4 requests; every plan is feasible; the draws depend on the row seed, not the batch."""
+    cfg = DVRPConfig(num_customers=[4, 9], num_vehicles=[1, 3], capacity=60)
+    assert cfg.sizes == [(4, 1), (9, 3)] and (cfg.num_customers, cfg.num_vehicles) == (9, 3)
+    env = make_env(cfg, num_envs=24, seed=2)
+    base = env.base_env
+    seen, calls, drawn = torch.zeros(24, dtype=torch.bool), [0], {}
+
+    def export(step, finished) -> None:  # every step; at done before the rows restart
+        calls[0] += 1
+        if calls[0] == 1:  # the first step of the first episodes: their observations
+            size, fleet = base.size, base.fleet
+            assert set(size.tolist()) == {4, 9} and torch.equal(fleet, torch.where(size == 4, 1, 3))
+            assert torch.equal(step["vehicles"][..., 3], (torch.arange(3) < fleet.unsqueeze(-1)).float())
+            torch.testing.assert_close(step["request"][:, -1], size / 100.0)  # requests to come, (N - t) / 100
+            drawn.update(size=size.clone(), fleet=fleet.clone())
+        rows = (finished & ~seen).nonzero().squeeze(-1).tolist()
+        assert all(int(drawn["size"][r]) == calls[0] for r in rows)  # a row ends after its own N requests
+        for row, plan, day in zip(rows, base.export_episodes(rows), base.export_days(rows)):
+            check_exported_plan(plan)
+            assert plan["num_vehicles"] == day["num_vehicles"] == int(drawn["fleet"][row])
+            assert len(day["requests"]) == int(drawn["size"][row])
+        seen[rows] = True
+
+    result = play_episodes(env, MaskedRandom(3), 1, on_step=export)
+    assert seen.all() and calls[0] == 9
+    assert (result["served"] <= drawn["size"]).all() and (result["served"] > 4).any()
+    # the same rows in a smaller batch draw the same sizes
+    small, big = make_env(cfg, num_envs=5, seed=2), make_env(cfg, num_envs=24, seed=2)
+    small.reset(), big.reset()
+    assert torch.equal(small.base_env.size, big.base_env.size[:5])
+
+
+def test_mixed_sizes_are_checked():
+    with pytest.raises(ValueError, match="num_vehicles"):
+        DVRPConfig(num_customers=[4, 9], num_vehicles=[1, 2, 3])
+    with pytest.raises(ValueError, match="num_customers"):
+        DVRPConfig(num_customers=[4, 0], num_vehicles=2)
+    assert DVRPConfig(num_customers=[4, 9], num_vehicles=2).sizes == [(4, 2), (9, 2)]

@@ -26,7 +26,7 @@ def test_specs_and_model_columns():
     td = env.reset()
     base, model = env.base_env, env.base_env.config.embedding_model
     assert td["customers"].shape == (8, 10, STATIC_FEATURES + 2 * K + D + 3)
-    assert td["request"].shape == (8, 10 + 2 * K + D)
+    assert td["request"].shape == (8, 11 + 2 * K + D)
     assert td["offers"].shape == (8, 2 * 3 + 2, 9)
     attributes = base.instances["attributes"][:, 0]
     with torch.no_grad():

@@ -27,7 +27,7 @@ def _days(num_days: int, seed: int, **env) -> tuple[DVRPConfig, list[dict], dict
     return config, days, result
 
 
-def _brute_force(day: dict, num_vehicles: int, max_shift: int, reward: float) -> float:
+def _brute_force(day: dict, max_shift: int, reward: float) -> float:
     """The best return over every choice of windows and routes, by enumeration (days of <= 4 customers)."""
     horizon = day["depot"]["due"]
     depot = (day["depot"]["x"], day["depot"]["y"])
@@ -53,7 +53,7 @@ def _brute_force(day: dict, num_vehicles: int, max_shift: int, reward: float) ->
                         key = frozenset(order)
                         best_route[key] = min(best_route.get(key, math.inf), km)
     best = 0.0
-    for routes in itertools.product(best_route.items(), repeat=num_vehicles):
+    for routes in itertools.product(best_route.items(), repeat=day["num_vehicles"]):
         sets = [s for s, _ in routes]
         if sum(len(s) for s in sets) == len(frozenset().union(*sets)):  # disjoint
             best = max(best, sum(reward * len(s) - km for s, km in routes))
@@ -68,9 +68,10 @@ def test_hindsight_matches_brute_force_on_tiny_days(num_vehicles):
     config, days, _ = _days(24, 5, **env)
     shifted = 0
     for day in days:
-        plan = solve_hindsight(day, num_vehicles, config.max_shift, config.served_reward, seconds=0.1)
-        check_plan(day, plan, num_vehicles, config.max_shift)
-        exact = _brute_force(day, num_vehicles, config.max_shift, config.served_reward)
+        plan = solve_hindsight(day, config.max_shift, config.served_reward, seconds=0.1)
+        check_plan(day, plan, config.max_shift)
+        exact = _brute_force(day, config.max_shift, config.served_reward)
+        assert day["num_vehicles"] == num_vehicles
         assert plan.episode_return == pytest.approx(exact, abs=0.05), day
         assert plan.episode_return == pytest.approx(config.served_reward * plan.served - plan.cost_km)
         shifted += any(s != 0 for s in plan.shifts.values())
@@ -82,8 +83,8 @@ def test_hindsight_is_above_the_online_rules():
     knows the types but not the later requests) on every day, and serves a feasible plan."""
     config, days, result = _days(6, 11, num_customers=30, num_vehicles=2)
     for day, online in zip(days, result["episode_return"].tolist()):
-        plan = solve_hindsight(day, config.num_vehicles, config.max_shift, config.served_reward, seconds=0.5)
-        check_plan(day, plan, config.num_vehicles, config.max_shift)
+        plan = solve_hindsight(day, config.max_shift, config.served_reward, seconds=0.5)
+        check_plan(day, plan, config.max_shift)
         assert plan.episode_return > online
 
 
@@ -96,7 +97,7 @@ def test_acceptable_windows_follow_the_type_and_the_clipping():
 
 
 def test_hindsight_rejects_a_bad_time_limit():
-    day = {"depot": {"x": 0.0, "y": 0.0, "due": 100.0}, "capacity": 10.0, "requests": []}
+    day = {"depot": {"x": 0.0, "y": 0.0, "due": 100.0}, "capacity": 10.0, "num_vehicles": 1, "requests": []}
     with pytest.raises(ValueError, match="seconds"):
-        solve_hindsight(day, 1, 1, 10.0, seconds=0)
-    assert solve_hindsight(day, 1, 1, 10.0, seconds=0.1).episode_return == 0.0
+        solve_hindsight(day, 1, 10.0, seconds=0)
+    assert solve_hindsight(day, 1, 10.0, seconds=0.1).episode_return == 0.0

@@ -249,7 +249,7 @@ def test_oracle_direct_random_windows():
         xy = 100.0 * torch.rand(batch, n, 2, generator=gen, dtype=torch.float64)
         demand = torch.randint(1, 31, (batch, n), generator=gen).double()
         service = 15.0 * torch.rand(batch, n, generator=gen, dtype=torch.float64)
-        oracle.reset(torch.ones(batch, dtype=torch.bool), depot, horizon, capacity)
+        oracle.reset(torch.ones(batch, dtype=torch.bool), depot, horizon, capacity, torch.full((batch,), m))
         committed = [dict() for _ in range(batch)]
         for t in range(n):
             centre = horizon[:, None] * (-0.1 + 1.2 * torch.rand(batch, w, generator=gen, dtype=torch.float64))
@@ -314,7 +314,8 @@ def test_commit_of_infeasible_window_raises():
     """Accepting a window the quote found infeasible is refused, not silently inserted."""
     oracle = InsertionOracle(1, 1, 3, dtype=torch.float64)
     oracle.reset(torch.ones(1, dtype=torch.bool), torch.tensor([[50.0, 50.0]], dtype=torch.float64),
-                 torch.tensor([100.0], dtype=torch.float64), torch.tensor([10.0], dtype=torch.float64))
+                 torch.tensor([100.0], dtype=torch.float64), torch.tensor([10.0], dtype=torch.float64),
+                 torch.tensor([1]))
     windows = torch.tensor([[[0.0, 100.0], [0.0, 5.0]]], dtype=torch.float64)  # the second is too early
     q = oracle.quote(torch.tensor([0]), torch.tensor([[60.0, 50.0]], dtype=torch.float64),
                      torch.tensor([5.0], dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64), windows)

@@ -15,6 +15,7 @@ from tests.route_check import check_exported_plan
 
 FIELDS = {"mean_return", "return_se", "mean_plan_cost_km", "mean_served", "mean_failure_rate", "mean_refused"}
 GAP = {"gap_to_hindsight_pct", "gap_to_hindsight_se_pct"}
+RESOLVED = {"gap_to_hindsight_resolved_pct", "gap_to_hindsight_resolved_se_pct"}
 
 
 def _evaluate(smoke_run, tmp_path, capsys, *extra: str, ckpt: str | None = None) -> tuple[dict, dict, str]:
@@ -31,7 +32,8 @@ def test_evaluate_table_json_and_feasible_routes(smoke_run, tmp_path, capsys):
     table, routes, stdout = _evaluate(smoke_run, tmp_path, capsys, "--pyvrp_episodes", "2", "--pyvrp_seconds", "0.2",
                                       "--hindsight_seconds", "0.3")
     assert set(table) == {"ppo", *BASELINES, "hindsight"}
-    assert all(set(row) == FIELDS | GAP for row in table.values())
+    assert set(table["hindsight"]) == FIELDS | GAP
+    assert all(set(row) == FIELDS | GAP | RESOLVED for policy, row in table.items() if policy != "hindsight")
     assert "gap to PyVRP" in stdout and "gap to hindsight" in stdout
     # the hindsight oracle knows the day: above every online policy, and so every gap to it is positive
     hindsight = table["hindsight"]
@@ -250,3 +252,21 @@ def test_outputs_never_overwrite_a_file(smoke_run, tmp_path, option, name):
     assert proc.stderr.strip() == (f"error: {option}={str(routes)!r} exists: evaluate never overwrites a file "
                                    f"(remove it or give another name)")
     assert proc.stdout == ""
+
+
+def test_size_table_benchmark(smoke_run, capsys):
+    """benchmarks/dvrp_sizes.py plays the trained policy, the rules and the hindsight oracle on days of other sizes
+    with their fleets; the oracle is above every online policy and the table says what each costs to play."""
+    from benchmarks.dvrp_sizes import main as sizes
+
+    table = sizes(["--ckpt_path", smoke_run["last"], "--days", "N30", "N50", "--episodes", "6",
+                   "--policies", "fallback", "clairvoyant", "--hindsight_seconds_per_customer", "0.01", "--workers", "1"])
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == table
+    assert set(table) == {"N30", "N50"}
+    for days, rows in table.items():
+        assert set(rows) == {"dvrp_smoke/version_0", "fallback", "clairvoyant", "hindsight"}
+        for policy, row in rows.items():
+            assert row["seconds_per_episode"] > 0
+            if policy != "hindsight":
+                assert row["mean_return"] < rows["hindsight"]["mean_return"] and row["gap_to_hindsight_pct"] > 0
+    assert table["N50"]["hindsight"]["served"] > 40 >= table["N30"]["hindsight"]["served"]  # 50 customers, 4 vehicles

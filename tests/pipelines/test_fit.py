@@ -226,3 +226,25 @@ def test_denormals_are_flushed_unless_the_run_says_otherwise(tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
         values.append(float(proc.stdout.strip().splitlines()[-1]))
     assert values[0] == 0.0 and 0.0 < values[1] < 1e-38
+
+
+def test_the_large_config_trains_on_days_of_mixed_sizes(tmp_path):
+    """configs/dvrp_large.yaml as shipped, but for the budget and batch: its days of 30, 50 and 100 customers are
+    collected and trained on together, the periodic evaluation plays them, and the run's checkpoint plays a
+    200-customer day with 14 vehicles (an env of other N and M than any it trained on)."""
+    small = ["--data.init_args.num_envs=6", "--data.init_args.frames_per_batch=600", "--data.init_args.total_frames=1200",
+             "--data.init_args.mini_batch_size=300", "--trainer.callbacks=[]",
+             "--trainer.callbacks+=callbacks.EmbeddingUpdate", "--trainer.callbacks.every_n_frames=600",
+             "--trainer.callbacks+=callbacks.PolicyEvaluation", "--trainer.callbacks.every_n_frames=600",
+             "--trainer.callbacks.num_envs=4", "--trainer.callbacks+=callbacks.ModelCheckpoint",
+             "--trainer.callbacks.save_last=true", f"--trainer.logger.init_args.save_dir={tmp_path}"]
+    proc = run_module("pipelines.fit", "--config", "configs/dvrp_large.yaml", *small, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ckpt = tmp_path / "dvrp_large" / "version_0" / "checkpoints" / "last.ckpt"
+    out = tmp_path / "routes.json"
+    proc = run_module("pipelines.evaluate", "--ckpt_path", str(ckpt), "--episodes", "2", "--policies", "fallback",
+                      "--data.init_args.env.init_args.num_customers=200",
+                      "--data.init_args.env.init_args.num_vehicles=14", "--routes_out", str(out), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    routes = json.loads(out.read_text())["episodes"]
+    assert all(r["num_vehicles"] == 14 and len(r["customers"]) > 100 for r in routes)
