@@ -23,6 +23,7 @@ Human lines on stdout; the last line is one JSON object ``{days: {policy: row}}`
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -49,18 +50,17 @@ FLEETS = {"N30": 2, "N50": 4, "N100": 7, "N200": 14, "R1": 19, "R2": 4, "C1": 10
 
 def day_overrides(days: str, data_dir: str) -> list[str] | None:
     """The evaluate overrides that make ``days``' env (None when its files are missing)."""
-    prefix = "--data.init_args.env.init_args."
     if days.startswith("N"):
+        prefix = "--data.init_args.env.init_args."
         return [f"{prefix}num_customers={days[1:]}", f"{prefix}num_vehicles={FLEETS[days]}"]
     family = days.removeprefix("GH-")
     pattern = (os.path.join(data_dir, "gh200", f"{family}_2_*.vrp") if days.startswith("GH-")
                else os.path.join(data_dir, "solomon_txt", f"{family}[0-9]*.txt"))
-    import glob
-
     if not glob.glob(pattern):
         return None
-    return [f"{prefix}instances={pattern}", f"{prefix}capacity=null",
-            f"{prefix}num_customers={200 if days.startswith('GH-') else 100}", f"{prefix}num_vehicles={FLEETS[days]}"]
+    env = {"instances": pattern, "capacity": None, "num_customers": 200 if days.startswith("GH-") else 100,
+           "num_vehicles": FLEETS[days]}
+    return ["--data.init_args.env", json.dumps({"init_args": env})]  # (the run's env class, these keys)
 
 
 def main(argv: list[str] | None = None) -> dict:

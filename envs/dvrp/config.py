@@ -29,8 +29,8 @@ class DVRPConfig(EnvConfig):
             sizes: each episode draws one entry uniformly (with the ``num_vehicles`` entry of the same index), and
             the env is shaped for the largest (observations ``[B, N_max, ...]``; a smaller day's extra rows stay
             unseen and its extra vehicles are out of its fleet). One checkpoint then plays every size.
-        num_vehicles: M identical vehicles, or a list paired with ``num_customers``' list (one M for every size
-            when a number).
+        num_vehicles: M identical vehicles, or a list paired with ``num_customers``' list (a number: one M for
+            every size).
         capacity: vehicle capacity Q (demand units); ``None`` takes each instance file's own.
         horizon: depot closing time H (time units; travel time = distance in km). Generated only.
         window_width: preferred window width w (time units). Generated only.
@@ -233,18 +233,19 @@ class DVRPConfig(EnvConfig):
 
 
 def _sizes(num_customers: int | list[int], num_vehicles: int | list[int]) -> list[tuple[int, int]]:
-    """The (N, M) pairs of ``num_customers`` and ``num_vehicles`` (numbers or lists of one length; a number pairs
-    with every entry of the other's list).
+    """The (N, M) pairs of ``num_customers`` and ``num_vehicles``: lists of one length, or a list of sizes with one
+    number of vehicles for all, or two numbers.
 
     Raises:
-        ValueError: an empty list, lists of different lengths, an N or M below 1 (the message names the key).
+        ValueError: an empty list, lists of different lengths, a list of fleets with one size (e.g. a run's
+            ``num_customers`` overridden alone), an N or M below 1 (the message names the key).
     """
     customers = list(num_customers) if isinstance(num_customers, (list, tuple)) else [num_customers]
     vehicles = list(num_vehicles) if isinstance(num_vehicles, (list, tuple)) else [num_vehicles]
     require(len(customers) >= 1, "num_customers", num_customers, "a number or a non-empty list")
     require(len(vehicles) >= 1, "num_vehicles", num_vehicles, "a number or a non-empty list")
-    require(len(customers) == len(vehicles) or len(customers) == 1 or len(vehicles) == 1, "num_vehicles",
-            num_vehicles, f"a number or a list as long as num_customers={num_customers} (one fleet per size)")
+    require(len(customers) == len(vehicles) or len(vehicles) == 1, "num_vehicles", num_vehicles,
+            f"a number or a list as long as num_customers={num_customers} (one fleet per size)")
     count = max(len(customers), len(vehicles))
     customers, vehicles = customers * (count // len(customers)), vehicles * (count // len(vehicles))
     for n in customers:

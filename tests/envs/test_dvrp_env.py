@@ -471,6 +471,8 @@ def test_days_of_mixed_sizes_end_after_their_own_requests_and_use_their_own_flee
 def test_mixed_sizes_are_checked():
     with pytest.raises(ValueError, match="num_vehicles"):
         DVRPConfig(num_customers=[4, 9], num_vehicles=[1, 2, 3])
+    with pytest.raises(ValueError, match="num_vehicles"):  # a run's list of sizes overridden by one number alone
+        DVRPConfig(num_customers=100, num_vehicles=[2, 4, 7])
     with pytest.raises(ValueError, match="num_customers"):
         DVRPConfig(num_customers=[4, 0], num_vehicles=2)
     assert DVRPConfig(num_customers=[4, 9], num_vehicles=2).sizes == [(4, 2), (9, 2)]

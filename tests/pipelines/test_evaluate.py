@@ -270,3 +270,15 @@ def test_size_table_benchmark(smoke_run, capsys):
             if policy != "hindsight":
                 assert row["mean_return"] < rows["hindsight"]["mean_return"] and row["gap_to_hindsight_pct"] > 0
     assert table["N50"]["hindsight"]["served"] > 40 >= table["N30"]["hindsight"]["served"]  # 50 customers, 4 vehicles
+
+
+def test_size_table_on_whole_solomon_days(smoke_run, capsys, solomon_dir):
+    """The size table's Solomon rows play whole days: every one of a file's 100 customers, the family's fleet and
+    the file's capacity (R2: 4 vehicles of 1,000)."""
+    from benchmarks.dvrp_sizes import main as sizes
+
+    table = sizes(["--ckpt_path", smoke_run["last"], "--days", "R2", "--episodes", "2", "--policies", "fallback",
+                   "--hindsight_seconds_per_customer", "0.005", "--workers", "1", "--data_dir", str(solomon_dir)])
+    rows = table["R2"]
+    assert rows["hindsight"]["served"] > 90 and rows["fallback"]["served"] > 90  # of 100 customers
+    assert rows["hindsight"]["mean_return"] > rows["fallback"]["mean_return"]
