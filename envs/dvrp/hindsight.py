@@ -32,6 +32,8 @@ import numpy as np
 import pyvrp
 from pyvrp.stop import MaxRuntime
 
+from envs.dvrp.reference import route_cost
+
 
 @dataclass
 class HindsightPlan:
@@ -75,17 +77,6 @@ def acceptable_windows(request: dict, horizon: float, max_shift: int) -> list[tu
         if end > start:
             out.append((s, start, end))
     return out
-
-
-def plan_cost(day: dict, routes: list[list[int]]) -> float:
-    """Exact Euclidean length (km) of ``routes`` (request ids) of a ``day`` (depot at both ends of each)."""
-    where = {r["id"]: (r["x"], r["y"]) for r in day["requests"]}
-    depot = (day["depot"]["x"], day["depot"]["y"])
-    total = 0.0
-    for route in routes:
-        path = [depot] + [where[i] for i in route] + [depot]
-        total += sum(math.dist(a, b) for a, b in zip(path, path[1:]))
-    return total
 
 
 def solve_hindsight(day: dict, max_shift: int, served_reward: float, seconds: float = 2.0, scale: int = 100,
@@ -156,7 +147,7 @@ def solve_hindsight(day: dict, max_shift: int, served_reward: float, seconds: fl
             ids.append(r["id"])
             windows[r["id"]], shifts[r["id"]] = (a, b), s
         routes.append(ids)
-    cost = plan_cost(day, routes)
+    cost = route_cost(day, routes, nodes="requests")
     served = sum(len(route) for route in routes)
     return HindsightPlan(served_reward * served - cost, cost, served, routes, windows, shifts,
                          time.perf_counter() - start_time)

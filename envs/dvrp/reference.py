@@ -16,9 +16,11 @@ import pyvrp
 from pyvrp.stop import MaxRuntime
 
 
-def route_cost(record: dict, routes: list[list[int]]) -> float:
-    """Exact Euclidean length (km) of ``routes`` (customer ids) of an exported episode ``record``."""
-    where = {c["id"]: (c["x"], c["y"]) for c in record["customers"]}
+def route_cost(record: dict, routes: list[list[int]], nodes: str = "customers") -> float:
+    """Exact Euclidean length (km) of ``routes`` (ids of ``record[nodes]``) of an exported episode's plan
+    (``nodes="customers"``) or day (``"requests"``, :meth:`envs.dvrp.env.DVRPEnv.export_days`); the depot at both
+    ends of each route."""
+    where = {c["id"]: (c["x"], c["y"]) for c in record[nodes]}
     depot = (record["depot"]["x"], record["depot"]["y"])
     total = 0.0
     for route in routes:
