@@ -17,6 +17,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from tensordict import NestedKey, TensorDict
 from tensordict.nn import TensorDictModuleBase
 from torch import Tensor, nn
+from torch.utils._pytree import tree_map
 from torchrl.envs import Transform
 from torchrl.envs.utils import ExplorationType
 
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 LEARNING_RATE = "a learning rate in (0, 1]"
 DISCOUNT = "in [0, 1]"
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that replay CUDA graphs on a GPU
 
 
 def check_hparams(*rules: tuple[str, object, bool, str], section: str = "model") -> None:
@@ -309,13 +311,23 @@ class RLModule(CheckpointLoading, L.LightningModule):
     # ------------------------------------------------------------------ metrics
     def update_loss(self, batch: TensorDict):
         """The subclass's ``loss(batch)`` as the update calls it: through ``torch.compile`` (built on the first call)
-        when ``compile`` is set, else as it is."""
+        when ``compile`` is set, else as it is.
+
+        Under a CUDA-graph mode (``reduce-overhead``, ``max-autotune``) on a GPU, the compiled function's outputs live
+        in the graph's static memory, which its next replay overwrites: the hockey DQN run at 65,536 envs stopped
+        with "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run" where it stacked
+        the TD errors of a training step's updates. Each call therefore starts a new graph step
+        (``torch.compiler.cudagraph_mark_step_begin``) and returns clones of the outputs (differentiable: the
+        backward goes through them), which the caller may keep across updates."""
         compile, mode = self.compile_options
         if not compile:
             return self.loss(batch)
         if self._compiled_loss is None:
             self._compiled_loss = torch.compile(self.loss, mode=mode)
-        return self._compiled_loss(batch)
+        if mode not in CUDA_GRAPH_MODES:
+            return self._compiled_loss(batch)
+        torch.compiler.cudagraph_mark_step_begin()
+        return tree_map(lambda x: x.clone() if isinstance(x, Tensor) else x, self._compiled_loss(batch))
 
     def record(self, name: str, value: float | Tensor, weight: int = 1) -> None:
         """Accumulate ``value`` (weighted) under ``name`` until the next :meth:`flush_metrics`. A tensor is summed

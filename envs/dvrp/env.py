@@ -145,6 +145,7 @@ class DVRPEnv(RowSeededEnv):
         self.offer_cost = torch.zeros(b, self.num_actions, device=dev)
         self.mask = torch.ones(b, self.num_actions, dtype=torch.bool, device=dev)
         self._row = torch.arange(b, device=dev) * n  # flat index of each row's customer 0
+        self._statuses = torch.arange(3, device=dev)  # UNSEEN, SERVED, LOST: the one-hot columns of a status
         self._request = torch.zeros(b, STATIC_FEATURES + k + extra, device=dev)  # normalised current request
         self.acceptance = torch.ones(b, n, self.num_windows, device=dev)  # predicted P(k >= |s|) per window
         self._accept_p = torch.ones(b, self.num_windows, device=dev)  # ... of the current request
@@ -270,8 +271,9 @@ class DVRPEnv(RowSeededEnv):
         # the decided customer's row of the table: its agreed window if served, and its status
         row = torch.where(accept.unsqueeze(-1), (agreed / self.instances["horizon"].unsqueeze(-1)).float(),
                           self._request[:, 3:5])
+        # the status one-hot by comparison (F.one_hot reads its input's range back on a CPU)
         row = torch.cat([self._request[:, :3], row, self._request[:, 5:],
-                         torch.nn.functional.one_hot(status, 3).float()], -1)
+                         (status.unsqueeze(-1) == self._statuses).float()], -1)
         self.table = self.table.view(-1, self.table.shape[-1]).index_copy(0, flat, row).view_as(self.table)
         if self.flexibility is not None:
             k = self.config.num_types

@@ -80,6 +80,25 @@ def test_compiled_update_gives_the_eager_loss_and_gradients_on_cpu():
         torch.testing.assert_close(g_c, g)
 
 
+def test_cuda_graph_modes_hand_out_copies_that_outlive_the_next_update(monkeypatch):
+    """Under ``compile_mode: reduce-overhead`` a GPU's graph replay overwrites its outputs: ``update_loss`` starts
+    a graph step per call and returns copies, so the TD errors of a training step's updates, stacked after the last
+    one, are each update's own (on a CPU the mode compiles without graphs: the same values as eager)."""
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    results = []
+    for compile in (False, True):
+        torch.manual_seed(0)
+        module = DQNModule(QNetwork(2, (32,)), compile=compile, compile_mode="reduce-overhead" if compile else None)
+        module.build(Categorical(2), TensorDict(observation=torch.zeros(2, 4), batch_size=[2]))
+        outputs = [module.update_loss(_transitions(64).apply(lambda x: x + k if x.is_floating_point() else x))
+                   for k in range(3)]
+        results.append(torch.stack([td_error.detach() for _, td_error in outputs]))
+    assert len(marks) == 3
+    torch.testing.assert_close(results[1], results[0])
+    assert not torch.equal(results[1][0], results[1][1])
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(compile=True, compile_mode="fast"), "model.compile_mode='fast' is not allowed"),
     (dict(compile_mode="reduce-overhead"), "needs model.compile=true"),

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import torch
+import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from modules.flexibility import FlexibilityModel
@@ -248,3 +249,22 @@ def test_the_large_config_trains_on_days_of_mixed_sizes(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     routes = json.loads(out.read_text())["episodes"]
     assert all(r["num_vehicles"] == 14 and len(r["customers"]) > 100 for r in routes)
+
+
+def test_the_gpu_config_is_the_headline_cut_into_shorter_batches(tmp_path):
+    """configs/dvrp_gpu.yaml trains the headline's env and network with its budget and learning rate, only on more
+    envs with batches of T = 6 steps (episodes run on across batches); on a CPU, with few envs, it trains through
+    several cut episodes and writes its checkpoint."""
+    gpu, cpu = (yaml.safe_load((REPO / "configs" / name).read_text()) for name in ("dvrp_gpu.yaml", "dvrp.yaml"))
+    assert gpu["data"]["init_args"]["env"] == cpu["data"]["init_args"]["env"]
+    assert gpu["model"] == cpu["model"]
+    data = gpu["data"]["init_args"]
+    assert data["total_frames"] >= cpu["data"]["init_args"]["total_frames"]
+    assert data["frames_per_batch"] // data["num_envs"] == 6 and data["num_envs"] == 8192
+    small = ["--trainer.accelerator=cpu", "--data.init_args.num_envs=8", "--data.init_args.frames_per_batch=48",
+             "--data.init_args.total_frames=480", "--data.init_args.mini_batch_size=24", "--trainer.callbacks=[]",
+             "--trainer.callbacks+=callbacks.ModelCheckpoint", "--trainer.callbacks.save_last=true",
+             f"--trainer.logger.init_args.save_dir={tmp_path}"]
+    proc = run_module("pipelines.fit", "--config", "configs/dvrp_gpu.yaml", *small, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "dvrp_gpu" / "version_0" / "checkpoints" / "last.ckpt").exists()

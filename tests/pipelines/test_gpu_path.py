@@ -44,3 +44,18 @@ def test_updates_on_the_gpu_never_synchronise_with_the_host(algorithm, tmp_path,
     module.training_step = strict_step
     cli.trainer.fit(module, datamodule=cli.datamodule)
     assert steps and set(steps) == {("cuda", "cuda")} and cli.trainer.global_step > 0
+
+
+def test_a_dqn_run_under_cuda_graphs_keeps_every_updates_td_errors(tmp_path, monkeypatch):
+    """``model.compile_mode: reduce-overhead`` with many updates per training step: the TD errors of the step's
+    updates are stacked after the last one ran; the graph's replays used to overwrite them ("accessing tensor
+    output of CUDAGraphs that has been overwritten by a subsequent run", the hockey DQN at 65,536 envs)."""
+    monkeypatch.setattr("sys.argv", ["fit"])
+    args = [*RUNS["dqn"], "--trainer.accelerator=gpu", "--model.init_args.compile=true",
+            "--model.init_args.compile_mode=reduce-overhead", "--trainer.enable_checkpointing=false",
+            "--trainer.logger=false", "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
+            f"--trainer.default_root_dir={tmp_path}"]
+    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                 save_config_callback=None, auto_configure_optimizers=False, args=args)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert cli.trainer.global_step > 128
