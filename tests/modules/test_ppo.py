@@ -16,6 +16,7 @@ from envs.dvrp import DVRPConfig
 from modules.actor_critic import ActorCriticNetwork
 from modules.dvrp_actor_critic import DVRPActorCritic
 from modules.ppo import PPOModule
+from modules.ppo_loss import ppo_loss
 
 
 class Readout(ActorCriticNetwork):
@@ -142,6 +143,27 @@ def test_loss_step_gives_finite_gradients_everywhere():
     assert all(g is not None and torch.isfinite(g).all() for g in grads.values()), [n for n, g in grads.items() if g is None]
     assert sum(float(g.abs().sum()) > 0 for g in grads.values()) == len(grads)
     assert torch.isfinite(batch["action_log_prob"]).all()
+
+
+def test_the_loss_stays_float32_under_bf16_autocast(monkeypatch):
+    """Under mixed precision (``trainer.precision: bf16-mixed``, autocast) the networks run in bfloat16, but the
+    heads' outputs reach the loss in float32: the log-probability ratio and the value error are float32."""
+    module, env = _dvrp_module()
+    with torch.no_grad():
+        batch = module.on_collected(env.rollout(10, module.collector_policy, break_when_any_done=False))
+    seen = {}
+
+    def spy(logits, value, *args):
+        seen.update(logits=logits.dtype, value=value.dtype)
+        return ppo_loss(logits, value, *args)
+
+    monkeypatch.setattr("modules.ppo.ppo_loss", spy)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        hidden = module.network.encode(*(batch.get(k) for k in module.network.in_keys))
+        out = module.loss(batch)
+    assert hidden.dtype == torch.bfloat16  # the networks do run in bfloat16
+    assert seen == {"logits": torch.float32, "value": torch.float32}
+    assert out["loss_objective"].dtype == torch.float32 and torch.isfinite(out["loss_objective"])
 
 
 def test_masked_actions_never_get_probability():
