@@ -165,7 +165,8 @@ def _random_action(env, td):
 
 def env_only(config: str, num_envs: int, device: str, steps: int, extra: list[str]) -> dict:
     """Frames/s of the config's env alone (``step_and_maybe_reset`` with :func:`_random_action`), in this (spawned)
-    process, on ``device``."""
+    process, on ``device`` (the config's trainer is built for the CPU and never runs: a GPU config's env can then be
+    timed on a CPU machine)."""
     import time
 
     import torch
@@ -178,7 +179,7 @@ def env_only(config: str, num_envs: int, device: str, steps: int, extra: list[st
     sys.argv = sys.argv[:1]
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                  save_config_callback=None, auto_configure_optimizers=False,
-                 args=["--config", config, "--trainer.logger=false", *extra])
+                 args=["--config", config, "--trainer.logger=false", "--trainer.accelerator=cpu", *extra])
     env = make_env(cli.datamodule.env_config, num_envs, 0, device)
     td = env.reset()
 

@@ -36,13 +36,14 @@ def test_off_policy_scaled_to_more_envs_keeps_its_replay_ratio():
 
 
 def test_one_call_reports_every_size_with_the_env_alone(tmp_path):
+    """A GPU config, run on the CPU at 8 and 16 envs: its fit and its env alone at each size."""
     out = subprocess.run(
-        [sys.executable, "benchmarks/gpu_path.py", "--config", "configs/cartpole_ppo.yaml", "--num_envs", "4", "8",
+        [sys.executable, "benchmarks/gpu_path.py", "--config", "configs/dvrp_gpu.yaml", "--num_envs", "8", "16",
          "--runs", "cpu", "--batches", "2", "--warmup_batches", "1", "--env_steps", "5"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])["results"]["configs/cartpole_ppo.yaml"]
-    assert set(result) == {"4", "8"}
+    result = json.loads(out.stdout.strip().splitlines()[-1])["results"]["configs/dvrp_gpu.yaml"]
+    assert set(result) == {"8", "16"}
     for b, entry in result.items():
         assert entry["settings"]["num_envs"] == int(b)
         run = entry["cpu"]
