@@ -145,24 +145,29 @@ def test_loss_step_gives_finite_gradients_everywhere():
     assert torch.isfinite(batch["action_log_prob"]).all()
 
 
-def test_the_loss_stays_float32_under_bf16_autocast(monkeypatch):
-    """Under mixed precision (``trainer.precision: bf16-mixed``, autocast) the networks run in bfloat16, but the
-    heads' outputs reach the loss in float32: the log-probability ratio and the value error are float32."""
+def test_the_heads_run_in_float32_under_bf16_autocast(monkeypatch):
+    """Under mixed precision (``trainer.precision: bf16-mixed``, autocast) the encoder runs in bfloat16 but both
+    heads run in float32: the loss gets exactly what the float32 heads make of the encoder's output."""
     module, env = _dvrp_module()
+    net = module.network
     with torch.no_grad():
         batch = module.on_collected(env.rollout(10, module.collector_policy, break_when_any_done=False))
     seen = {}
 
     def spy(logits, value, *args):
-        seen.update(logits=logits.dtype, value=value.dtype)
+        seen.update(logits=logits, value=value)
         return ppo_loss(logits, value, *args)
 
     monkeypatch.setattr("modules.ppo.ppo_loss", spy)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        hidden = module.network.encode(*(batch.get(k) for k in module.network.in_keys))
+        hidden = net.encode(*(batch.get(k) for k in net.in_keys))
         out = module.loss(batch)
-    assert hidden.dtype == torch.bfloat16  # the networks do run in bfloat16
-    assert seen == {"logits": torch.float32, "value": torch.float32}
+    assert hidden.dtype == torch.bfloat16  # the encoder does run in bfloat16
+    with torch.no_grad():
+        logits = net.policy(hidden.float(), *(batch.get(k) for k in net.policy_keys))
+        value = net.value(hidden.float())
+    assert seen["logits"].dtype == seen["value"].dtype == torch.float32
+    assert torch.equal(seen["logits"], logits) and torch.equal(seen["value"], value)
     assert out["loss_objective"].dtype == torch.float32 and torch.isfinite(out["loss_objective"])
 
 
