@@ -13,7 +13,7 @@ ARGS ?=
 # clusters and ports never overlap each other); TEST_WORKERS=0 runs them one after the other in one process.
 TEST_WORKERS ?= auto
 
-.PHONY: install fit test test-slow tensorboard bench bench-peer clean
+.PHONY: install fit test test-slow lint docs docs-check docs-serve tensorboard bench bench-peer clean
 
 install: $(STAMP)
 
@@ -37,6 +37,27 @@ test-slow: $(STAMP)
 	$(BIN)/python -c "import ray" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e ".[ray]"
 	$(BIN)/python -m pytest -q -m slow $(ARGS)
 
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+# The documentation site, built into site/ with --strict: a broken link, a missing page or an API page whose object
+# cannot be found fails the build.
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# The built site opened in headless Chromium (the system's: Debian's package `chromium`): the home page, an env page
+# and an API page must show their headings and every image must load.
+docs-check: docs
+	$(BIN)/python docs/check_site.py site
+
 tensorboard: $(STAMP)
 	$(BIN)/tensorboard --logdir runs
 
@@ -48,4 +69,4 @@ bench-peer: $(STAMP)
 	$(BIN)/python benchmarks/peer_sb3.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) runs lightning_logs
+	rm -rf $(VENV) runs lightning_logs site

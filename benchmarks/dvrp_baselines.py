@@ -16,14 +16,15 @@ import math
 import os
 import sys
 import time
+from functools import partial
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from envs.dvrp import DVRPConfig  # noqa: E402
-from envs.dvrp.baselines import BASELINES  # noqa: E402
-from pipelines.console import rounded  # noqa: E402
-from pipelines.evaluate import play  # noqa: E402
+from envs.dvrp import DVRPConfig
+from envs.dvrp.baselines import BASELINES
+from pipelines.console import rounded
+from pipelines.evaluate import play
 
 
 def main() -> None:
@@ -42,8 +43,8 @@ def main() -> None:
     table = {}
     for name in BASELINES:
         start = time.perf_counter()
-        make = config.baseline_policies()[name]
-        r = play(config, lambda env: make(env, args.seed), args.episodes, min(args.num_envs, args.episodes), args.seed)
+        make = partial(config.baseline_policies()[name], seed=args.seed)
+        r = play(config, make, args.episodes, min(args.num_envs, args.episodes), args.seed)
         minutes = (time.perf_counter() - start) / 60
         returns = r["episode_return"]
         table[name] = {"return": returns.mean().item(), "return_se": (returns.std() / math.sqrt(args.episodes)).item(),
@@ -57,8 +58,9 @@ def main() -> None:
     print(f"{'policy':12s} {'return':>15s} {'cost km':>8s} {'failure':>8s} {'served':>7s} {'refused':>8s} "
           f"{'gain / clairvoyant gain':>24s}")
     for name, row in table.items():
-        print(f"{name:12s} {row['return']:7.1f} ± {row['return_se']:4.1f} {row['cost_km']:8.1f} {row['failure_rate']:8.3f} "
-              f"{row['served']:7.2f} {row['refused']:8.2f} {100 * row['gain_vs_clairvoyant']:23.0f}%")
+        print(f"{name:12s} {row['return']:7.1f} ± {row['return_se']:4.1f} {row['cost_km']:8.1f} "
+              f"{row['failure_rate']:8.3f} {row['served']:7.2f} {row['refused']:8.2f} "
+              f"{100 * row['gain_vs_clairvoyant']:23.0f}%")
     print(json.dumps(rounded(table)))
 
 

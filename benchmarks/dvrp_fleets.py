@@ -78,15 +78,17 @@ def generated_days(num_customers: int, count: int, seed: int = 0) -> list[tuple[
 
     config = DVRPConfig(num_customers=num_customers)
     inst = config.source.sample(torch.arange(seed, seed + count), torch.float64)
+
+    def col(key: str, depot: float, r: int) -> np.ndarray:
+        return np.concatenate([[depot], inst[key][r].numpy()])
+
     out = []
     for r in range(count):
-        def col(key: str, depot: float) -> np.ndarray:
-            return np.concatenate([[depot], inst[key][r].numpy()])
-
         horizon = float(inst["horizon"][r])
         out.append((f"N{num_customers}_{seed + r}", dict(
             xy=np.concatenate([inst["depot"][r].numpy()[None], inst["xy"][r].numpy()]),
-            demand=col("demand", 0.0), ready=col("ready", 0.0), due=col("due", horizon), service=col("service", 0.0),
+            demand=col("demand", 0.0, r), ready=col("ready", 0.0, r), due=col("due", horizon, r),
+            service=col("service", 0.0, r),
             capacity=float(inst["capacity"][r]))))
     return out
 
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
     with ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("forkserver")) as pool:
         solved = list(pool.map(min_fleet, [day for *_, day in jobs], [args.seconds] * len(jobs)))
     table: dict[str, dict] = {}
-    for (family, name, _), (vehicles, km) in zip(jobs, solved):
+    for (family, name, _), (vehicles, km) in zip(jobs, solved, strict=True):
         row = table.setdefault(family, {"days": []})
         row["days"].append({"day": name, "vehicles": vehicles, "km": round(km, 1)})
     for family, row in table.items():
@@ -118,7 +120,8 @@ def main(argv: list[str] | None = None) -> dict:
         row.update(fleet=max(counts), median=float(np.median(counts)), seconds=args.seconds)
         print(f"{family:7s} fleet {row['fleet']:3d}  (days: min {min(counts)}, median {row['median']:g}, "
               f"max {max(counts)}; {len(counts)} days)")
-    print(f"{len(jobs)} days in {time.perf_counter() - started:.0f} s ({args.seconds:g} s each, {args.workers} processes)")
+    print(f"{len(jobs)} days in {time.perf_counter() - started:.0f} s "
+          f"({args.seconds:g} s each, {args.workers} processes)")
     print(json.dumps(table))
     return table
 

@@ -32,13 +32,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipelines.threads import set_wait_policy  # noqa: E402
+from pipelines.threads import set_wait_policy
 
 set_wait_policy()
 
 import torch  # noqa: E402
 
-from pipelines.evaluate import HINDSIGHT, _run_name, hindsight_gap, load_run, play  # noqa: E402
+from pipelines.evaluate import HINDSIGHT, hindsight_gap, load_run, play  # noqa: E402
+from pipelines.trained_run import run_name  # noqa: E402
 
 SIZES = (30, 50, 100, 200)
 # vehicles per family: Solomon: the most any file of the family needs in its best-known (vehicles first) solution;
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
         policies = {}  # label -> (env config, policy factory)
         for path in args.ckpt_path:
             model, data = load_run(None, path, overrides)
-            policies[_run_name(path)] = (data.env_config, lambda env, model=model: model.collector_policy)
+            policies[run_name(path)] = (data.env_config, lambda env, model=model: model.collector_policy)
         config = data.env_config
         baselines = config.baseline_policies()
         policies.update({p: (config, lambda env, make=baselines[p]: make(env, args.seed)) for p in args.policies})

@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from pipelines.threads import set_wait_policy  # noqa: E402
+from pipelines.threads import set_wait_policy
 
 set_wait_policy()  # (before torch) as pipelines.fit sets it, so the fit loop here is the one users run
 
@@ -99,7 +99,8 @@ def main() -> None:
         torch.set_num_threads(threads)
         for b in args.batch_sizes:
             fps = env_frames_per_s(b, args.steps)
-            result["env"][f"B={b},threads={threads}"] = {"frames_per_s": round(fps), "peak_rss_mb": round(peak_rss_mb())}
+            result["env"][f"B={b},threads={threads}"] = {"frames_per_s": round(fps),
+                                                        "peak_rss_mb": round(peak_rss_mb())}
             print(f"env B={b} threads={threads}: {fps:,.0f} frames/s", file=sys.stderr)
     torch.set_num_threads(1)
     for b in args.loop_batch_sizes:

@@ -21,7 +21,8 @@ class _Clock(L.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if batch_idx == self.start_batch:
-            self.start, self.episodes0, self.frames0 = time.perf_counter(), pl_module.finished_episodes, pl_module.collected_frames
+            self.start = time.perf_counter()
+            self.episodes0, self.frames0 = pl_module.finished_episodes, pl_module.collected_frames
             self.step0 = trainer.global_step
 
     def on_train_end(self, trainer, pl_module) -> None:

@@ -21,10 +21,11 @@
   workers (training); ``vs_original`` compares episodes/hour per core used.
 * **SB3** (``ALE/Pong-v5``, RL Zoo's Atari PPO settings, 8 envs): ``pipelines.fit --config configs/pong_ppo.yaml``
   for ``--sb3_frames`` frames, with ALE's native vector env (the config's ``backend: ale_vector``) and with the
-  emulators under TorchRL's transforms in 2 rollout workers of 4 games each, against SB3's ``PPO("CnnPolicy")`` over ``make_atari_env`` (``SubprocVecEnv`` of 8
-  processes, ``AtariWrapper``: the same preprocessing, no sticky actions) with ``VecFrameStack(4)`` and the same
-  hyper-parameters. Each is timed from its second collected batch to the end of training (start-up excluded):
-  frames/s = the frames in between / the time in between; the goal is ours / SB3 >= 1.3.
+  emulators under TorchRL's transforms in 2 rollout workers of 4 games each, against SB3's ``PPO("CnnPolicy")``
+  over ``make_atari_env`` (``SubprocVecEnv`` of 8 processes, ``AtariWrapper``: the same preprocessing, no sticky
+  actions) with ``VecFrameStack(4)`` and the same hyper-parameters. Each is timed from its second collected batch
+  to the end of training (start-up excluded): frames/s = the frames in between / the time in between; the goal is
+  ours / SB3 >= 1.3.
 
 Prints one JSON object (last stdout line).
 """
@@ -45,14 +46,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from envs import EnvSpecs, make_env
 from envs.games import GameConfig
 from modules.nature_cnn import NatureCNNActorCritic
 from modules.ppo import PPOModule
 from pipelines.data.collectors import WorkerCollector
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository (put on sys.path above)
 GAME = "Airstriker-Genesis-v0"
 STEPS_PER_WORKER = 128  # agent steps per worker per batch (RL Zoo's n_steps)
 ORIGINAL_EPISODES_PER_HOUR = 350.0  # the original system, 8 workers
@@ -232,8 +233,8 @@ def main() -> None:
             scaling[n] = {**ordered[(len(ordered) - 1) // 2], "runs_frames_per_s": [r["frames_per_s"] for r in done]}
         for n, r in scaling.items():
             r["scaling_efficiency"] = efficiency(r["frames_per_s"], n, scaling[first]["frames_per_s"])
-            r["runs_scaling_efficiency"] = [efficiency(f, n, b) for f, b in
-                                            zip(r["runs_frames_per_s"], scaling[first]["runs_frames_per_s"])]
+            runs = zip(r["runs_frames_per_s"], scaling[first]["runs_frames_per_s"], strict=True)
+            r["runs_scaling_efficiency"] = [efficiency(f, n, b) for f, b in runs]
         result["scaling"] = scaling
         if "8" in scaling:
             per_core = scaling["8"]["episodes_per_hour"] / min(8, cores)

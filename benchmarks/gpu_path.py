@@ -52,6 +52,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
+def _repo_site() -> str:
+    """Where the current call was made from: the innermost frame in the repository outside this script and
+    site-packages, as ``path:line``."""
+    frames = [f for f in traceback.extract_stack()[:-1] if f.filename.startswith(ROOT)
+              and not f.filename.endswith("gpu_path.py") and "site-packages" not in f.filename]
+    return f"{os.path.relpath(frames[-1].filename, ROOT)}:{frames[-1].lineno}" if frames else "outside the repo"
+
+
+def _add_reads(reads, phase: str, counts: collections.Counter, sites: collections.Counter) -> None:
+    """Stop the CPU counter ``reads`` and add its host reads to ``phase``'s count and sites."""
+    reads.__exit__(None, None, None)
+    counts[phase] += reads.total
+    for where, n in reads.sites.items():
+        sites[(phase, where)] += n
+
+
 def _sync_counter():
     """A Lightning callback that counts the host synchronisations from the first timed batch on (built in the
     run's process, after its imports): on a GPU with the sync debug mode, on a CPU (``count_cpu``) with
@@ -74,19 +90,12 @@ def _sync_counter():
             if self.phase is None or "synchroniz" not in str(message):
                 return
             self.counts[self.phase] += 1
-            frames = [f for f in traceback.extract_stack()[:-1] if f.filename.startswith(ROOT)
-                      and not f.filename.endswith("gpu_path.py") and "site-packages" not in f.filename]
-            where = (f"{os.path.relpath(frames[-1].filename, ROOT)}:{frames[-1].lineno}" if frames
-                     else "outside the repo")
-            self.sites[(self.phase, where)] += 1
+            self.sites[(self.phase, _repo_site())] += 1
 
         def _enter(self, phase: str | None) -> None:
             """End the current phase (adding a CPU count) and start ``phase`` (None: stop counting)."""
             if self.reads is not None:
-                self.reads.__exit__(None, None, None)
-                self.counts[self.phase] += self.reads.total
-                for where, n in self.reads.sites.items():
-                    self.sites[(self.phase, where)] += n
+                _add_reads(self.reads, self.phase, self.counts, self.sites)
                 self.reads = None
             self.phase = phase
             if phase is not None and self.cpu:

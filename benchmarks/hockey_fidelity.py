@@ -102,7 +102,8 @@ def play(agent: str, opponent: str, games: int, seed: int, contact: str = "swept
     for s, side in enumerate(("agent", "opp")):
         part = slice(s * games, (s + 1) * games)  # results are ordered by (episode, row)
         winner, steps = results["winner"][part], results["steps"][part]
-        out[side] = {"win": 100.0 * float((winner > 0).float().mean()), "draw": 100.0 * float((winner == 0).float().mean()),
+        out[side] = {"win": 100.0 * float((winner > 0).float().mean()),
+                     "draw": 100.0 * float((winner == 0).float().mean()),
                      "loss": 100.0 * float((winner < 0).float().mean()), "steps": float(steps.mean()),
                      "agent_catches_per_game": float(catches[s, 0]) / games,
                      "opponent_catches_per_game": float(catches[s, 1]) / games}
@@ -111,7 +112,7 @@ def play(agent: str, opponent: str, games: int, seed: int, contact: str = "swept
 
 def compare(ours: dict[str, float], reference: tuple[float, ...]) -> tuple[dict, dict, bool]:
     """The reference as a dict, our differences from it, and whether they are within the goal."""
-    original = dict(zip(("win", "draw", "loss", "steps"), reference))
+    original = dict(zip(("win", "draw", "loss", "steps"), reference, strict=True))
     difference = {key: round(ours[key] - original[key], 1) for key in original}
     within = (all(abs(difference[k]) <= RATE_POINTS for k in ("win", "draw", "loss"))
               and abs(difference["steps"]) <= STEPS_SHARE * original["steps"])

@@ -49,7 +49,8 @@ SAC_CONFIG = os.path.join(CONFIGS, "hockey_sac.yaml")
 SELFPLAY_CONFIG = os.path.join(CONFIGS, "hockey_dqn_selfplay.yaml")
 
 
-def measure(batch_size: int, steps: int, opponent: str, warmup: int = 50, transformed: bool = False) -> dict[str, float]:
+def measure(batch_size: int, steps: int, opponent: str, warmup: int = 50,
+            transformed: bool = False) -> dict[str, float]:
     """Frames/s of ``step_and_maybe_reset`` and of ``_step``, on the bare env or (``transformed``) on ``make_env``'s."""
     config = HockeyConfig(opponent=opponent)
     env = make_env(config, batch_size, 0) if transformed else config.make(num_envs=batch_size, seed=0)
@@ -135,7 +136,8 @@ def main() -> None:
     if args.selfplay_frames > 0:
         for workers in (0, args.workers):
             selfplay[f"workers_{workers}"] = selfplay_fit(args.selfplay_frames, workers)
-            print(f"self-play DQN fit, {workers} workers: {selfplay[f'workers_{workers}']['frames_per_s']:,.0f} frames/s")
+            fps = selfplay[f"workers_{workers}"]["frames_per_s"]
+            print(f"self-play DQN fit, {workers} workers: {fps:,.0f} frames/s")
         selfplay["workers_vs_in_process"] = round(selfplay[f"workers_{args.workers}"]["frames_per_s"]
                                                   / selfplay["workers_0"]["frames_per_s"], 3)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -23,8 +23,8 @@ times in turn (ours, SB3, ours, ...; the same seeds every round): ``ours`` and `
 run (by ``steps_per_s``, the lower middle one for an even R; with every run's ``rounds_steps_per_s``), ``ratio``
 the ratio of the medians and ``round_ratios`` each round's; on a host whose speed drifts, read the median. Both
 trained policies are then played greedily by ``pipelines.evaluate.play`` on the same env and seeds
-(``--episodes`` episodes, one per env row), so both see the same initial states. ``--quick`` is a smoke run (a few training
-phases, 8 episodes). Prints one JSON object (last stdout line):
+(``--episodes`` episodes, one per env row), so both see the same initial states. ``--quick`` is a smoke run (a few
+training phases, 8 episodes). Prints one JSON object (last stdout line):
 ``{"ours": {...}, "sb3": {...}, "ratio": ..., "hyperparameters": {...}, "caveats": [...], ...}``.
 """
 
@@ -47,8 +47,8 @@ from multiprocessing import get_context
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import torch  # noqa: E402
-import yaml  # noqa: E402
+import torch
+import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -117,7 +117,8 @@ def sac_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
         "learning_starts": data["init_random_frames"], "batch_size": data["batch_size"], "tau": model["tau"],
         "gamma": model["gamma"], "train_freq": frames // num_envs, "gradient_steps": data["utd_ratio"],
         "ent_coef": model["alpha_init"] if model["fixed_alpha"] else f"auto_{model['alpha_init']}",
-        "policy_kwargs": {"net_arch": {"pi": list(network["actor_hidden_dims"]), "qf": list(network["critic_hidden_dims"])},
+        "policy_kwargs": {"net_arch": {"pi": list(network["actor_hidden_dims"]),
+                                       "qf": list(network["critic_hidden_dims"])},
                           "n_critics": model["num_qvalue_nets"]},
     }
     random_frames = -(-data["init_random_frames"] // frames) * frames
@@ -190,7 +191,8 @@ def dqn_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
     }
     random_frames = -(-data["init_random_frames"] // frames) * frames
     caveats = [
-        f"ours acts randomly for whole collected batches: {random_frames} frames vs SB3's {data['init_random_frames']}; "
+        f"ours acts randomly for whole collected batches: {random_frames} frames "
+        f"vs SB3's {data['init_random_frames']}; "
         "both first train once more than init_random_frames frames are collected",
         f"ours sets epsilon once per collected batch ({frames} frames), SB3 after every env step",
         "both evaluate the final policy (the config's PolicyEvaluation / best.ckpt is left out)",
@@ -349,7 +351,8 @@ def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: s
             hp[key] = lambda progress_remaining, v=start_value: progress_remaining * v
     kwargs = hp.get("policy_kwargs") or {}
     if isinstance(kwargs.get("activation_fn"), str):
-        hp["policy_kwargs"] = {**kwargs, "activation_fn": {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[kwargs["activation_fn"]]}
+        activation = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[kwargs["activation_fn"]]
+        hp["policy_kwargs"] = {**kwargs, "activation_fn": activation}
     algorithm = getattr(stable_baselines3, hp.pop("algorithm"))
     env_id, n_envs, total, seed = hp.pop("env_id"), hp.pop("n_envs"), hp.pop("total_timesteps"), hp.pop("seed")
     start = time.perf_counter()
@@ -400,7 +403,8 @@ def main() -> None:
     parser.add_argument("--total_frames", type=int, default=None, help="budget in env frames (default: the config's)")
     parser.add_argument("--episodes", type=int, default=None, help="greedy evaluation episodes (default 32, quick 8)")
     parser.add_argument("--seed", type=int, default=None,
-                        help="training seed of both (default: the config's data seed, else its seed_everything, else 0)")
+                        help="training seed of both "
+                             "(default: the config's data seed, else its seed_everything, else 0)")
     parser.add_argument("--eval_seed", type=int, default=10_000_000, help="seed of the evaluation episodes")
     parser.add_argument("--quick", action="store_true", help="smoke run: the warm-up plus 4 training phases")
     parser.add_argument("--only", choices=["ours", "sb3"], default=None, help="run one trainer only")

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 
 import torch
 
@@ -120,34 +121,38 @@ def soaked(config: str, root: str, total_frames: int, kill_every_s: float) -> di
     return {"seconds": round(time.monotonic() - began, 1), "segments": segments}
 
 
+def _walk(u, v, key: str, rows: int | None = None, *, mismatched: list[str]) -> None:
+    """Append to ``mismatched`` the dotted keys under ``key`` where the states ``u`` and ``v`` differ; a tensor
+    compares only its first ``rows`` rows when given (a replay buffer's written part)."""
+    walk = partial(_walk, mismatched=mismatched)
+    if isinstance(u, dict) and isinstance(v, dict) and isinstance(u.get("_writer"), dict) and "_storage" in u:
+        # a replay buffer: its storage's rows (dim 0) past the writes were never written (uninitialised
+        # memory, saved as it is); a storage that has wrapped around is compared whole
+        writes = u["_writer"].get("_write_count")
+        walk({k: w for k, w in u.items() if k != "_storage"}, {k: w for k, w in v.items() if k != "_storage"}, key)
+        walk(u["_storage"], v.get("_storage"), f"{key}._storage", writes)
+    elif isinstance(u, dict) and isinstance(v, dict):
+        for k in set(u) | set(v):
+            walk(u.get(k), v.get(k), f"{key}.{k}" if key else str(k), rows)
+    elif isinstance(u, (list, tuple)) and isinstance(v, (list, tuple)) and len(u) == len(v):
+        for i, (p, q) in enumerate(zip(u, v, strict=True)):
+            walk(p, q, f"{key}[{i}]", rows)
+    elif isinstance(u, torch.Tensor) and isinstance(v, torch.Tensor):
+        if rows is not None and u.dim() > 0 and u.shape == v.shape and rows < u.shape[0]:
+            u, v = u[:rows], v[:rows]
+        if u.shape != v.shape or u.dtype != v.dtype or not torch.equal(u, v):
+            mismatched.append(key)
+    elif u != v:
+        mismatched.append(key)
+
+
 def compare(a: str, b: str) -> list[str]:
     """The keys (dotted) of the two checkpoints whose values differ (tensors bit for bit, the rest by ==): weights,
     optimiser state, RNG states and frame counter, Lightning's loop counters, the data module's state (env,
     replay buffer) and the callbacks' states (all but the checkpoint callback's, which names its folder)."""
     x, y = (torch.load(p, map_location="cpu", weights_only=True) for p in (a, b))
-    mismatched = []
-
-    def walk(u, v, key: str, rows: int | None = None) -> None:
-        if isinstance(u, dict) and isinstance(v, dict) and isinstance(u.get("_writer"), dict) and "_storage" in u:
-            # a replay buffer: its storage's rows (dim 0) past the writes were never written (uninitialised
-            # memory, saved as it is); a storage that has wrapped around is compared whole
-            writes = u["_writer"].get("_write_count")
-            walk({k: w for k, w in u.items() if k != "_storage"}, {k: w for k, w in v.items() if k != "_storage"}, key)
-            walk(u["_storage"], v.get("_storage"), f"{key}._storage", writes)
-        elif isinstance(u, dict) and isinstance(v, dict):
-            for k in set(u) | set(v):
-                walk(u.get(k), v.get(k), f"{key}.{k}" if key else str(k), rows)
-        elif isinstance(u, (list, tuple)) and isinstance(v, (list, tuple)) and len(u) == len(v):
-            for i, (p, q) in enumerate(zip(u, v)):
-                walk(p, q, f"{key}[{i}]", rows)
-        elif isinstance(u, torch.Tensor) and isinstance(v, torch.Tensor):
-            if rows is not None and u.dim() > 0 and u.shape == v.shape and rows < u.shape[0]:
-                u, v = u[:rows], v[:rows]
-            if u.shape != v.shape or u.dtype != v.dtype or not torch.equal(u, v):
-                mismatched.append(key)
-        elif u != v:
-            mismatched.append(key)
-
+    mismatched: list[str] = []
+    walk = partial(_walk, mismatched=mismatched)
     for key in ("state_dict", "optimizer_states", "rl_state", "global_step", "epoch", "loops"):
         walk(x.get(key), y.get(key), key)
     for key in x:

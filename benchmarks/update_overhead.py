@@ -53,7 +53,8 @@ def settings_of(config_path: str) -> dict:
         config = yaml.safe_load(f)
     model, data = resolve(config["model"]), resolve(config["data"])
     if "mini_batch_size" in data:  # on-policy
-        size, updates = data["mini_batch_size"], data["ppo_epochs"] * data["frames_per_batch"] // data["mini_batch_size"]
+        size = data["mini_batch_size"]
+        updates = data["ppo_epochs"] * data["frames_per_batch"] // size
     else:
         size, updates = data["batch_size"], data["utd_ratio"]
     return {"model": {k: v for k, v in model.items() if k != "network"}, "network": resolve(model["network"]),
@@ -164,7 +165,8 @@ def ppo_minibatch(settings: dict, features: int, k: int = 1):
 
     g = torch.Generator().manual_seed(0)
     n, actions = settings["batch_size"], settings["network"]["num_actions"]
-    one = TensorDict(observation=torch.randn(n, features, generator=g), action=torch.randint(actions, (n,), generator=g),
+    one = TensorDict(observation=torch.randn(n, features, generator=g),
+                     action=torch.randint(actions, (n,), generator=g),
                      action_log_prob=torch.full((n,), -math.log(actions)) + 0.1 * torch.randn(n, generator=g),
                      advantage=torch.randn(n, 1, generator=g), value_target=torch.randn(n, 1, generator=g),
                      batch_size=[n])
@@ -211,10 +213,10 @@ def dqn_plain(settings: dict, features: int = 4, actions: int = 2):
         optimizer.step()
         with torch.no_grad():
             if h["target_update"] == "soft":
-                for t, s in zip(target.parameters(), params):
+                for t, s in zip(target.parameters(), params, strict=True):
                     t.lerp_(s, h["tau"])
             elif (i + 1) % h["target_update_interval"] == 0:
-                for t, s in zip(target.parameters(), params):
+                for t, s in zip(target.parameters(), params, strict=True):
                     t.copy_(s)
 
     return update
@@ -306,7 +308,8 @@ def ppo_plain(settings: dict, features: int = 4):
         dist = torch.distributions.Categorical(logits=actor(obs))
         ratio = (dist.log_prob(action) - old_log_prob).exp().unsqueeze(-1)
         loss_pi = -torch.minimum(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv).mean()
-        loss = loss_pi + h["critic_coeff"] * F.mse_loss(critic(obs), target) - h["entropy_coeff"] * dist.entropy().mean()
+        loss = (loss_pi + h["critic_coeff"] * F.mse_loss(critic(obs), target)
+                - h["entropy_coeff"] * dist.entropy().mean())
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, h["max_grad_norm"])

@@ -9,5 +9,5 @@ from callbacks.nonfinite import NonFiniteGuard
 from callbacks.progress import FrameProgressBar
 from callbacks.selfplay import SelfPlay
 
-__all__ = ["CurriculumPhases", "EmbeddingUpdate", "EpsilonDecay", "FrameProgressBar", "ModelCheckpoint", "NonFiniteGuard",
-           "PolicyEvaluation", "SelfPlay"]
+__all__ = ["CurriculumPhases", "EmbeddingUpdate", "EpsilonDecay", "FrameProgressBar", "ModelCheckpoint",
+           "NonFiniteGuard", "PolicyEvaluation", "SelfPlay"]

@@ -10,7 +10,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint as LightningModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from modules.base import nonfinite_weights
+from modules.checks import nonfinite_weights
 
 
 class ModelCheckpoint(LightningModelCheckpoint):
@@ -56,8 +56,8 @@ class ModelCheckpoint(LightningModelCheckpoint):
         """
         bad = nonfinite_weights(trainer.lightning_module)
         if bad:
-            raise RuntimeError(f"not writing {filepath} at optimiser step {trainer.global_step}: {len(bad)} weights are "
-                               f"not finite (e.g. {bad[0]}); the last checkpoint written: "
+            raise RuntimeError(f"not writing {filepath} at optimiser step {trainer.global_step}: "
+                               f"{len(bad)} weights are not finite (e.g. {bad[0]}); the last checkpoint written: "
                                f"{self.last_model_path or 'none'}")
         super()._save_checkpoint(trainer, filepath)
         for logger in trainer.loggers:  # the logs up to the checkpoint reach the disk with it (a resumed run

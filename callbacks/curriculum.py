@@ -96,7 +96,8 @@ class CurriculumPhases(L.Callback):
             raise ValueError("CurriculumPhases: self_play needs a callbacks.SelfPlay in trainer.callbacks")
         self._apply(trainer, pl_module)
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
         if self.phase + 1 >= len(self.phases):
             return
         advance = trainer.strategy.broadcast(self._rule_met(pl_module), src=0)

@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-from modules.base import LEARNING_RATE, check_hparams
+from modules.checks import LEARNING_RATE, check_hparams
 from modules.flexibility import fit_outcomes
 from modules.schedule import FrameSchedule
 
@@ -81,13 +81,15 @@ class EmbeddingUpdate(L.Callback):
 
     # ------------------------------------------------------------------ hooks
     def chart_groups(self) -> dict[str, list[str]]:
-        """The Bayes classifier's accuracy (the best any model can reach) beside the model's (:mod:`pipelines.board`)."""
+        """The Bayes classifier's accuracy (the best any model can reach) beside the model's
+        (:mod:`pipelines.board`)."""
         return {"embedding accuracy": ["embedding/accuracy", "embedding/bayes_accuracy"]}
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if trainer.datamodule is None or trainer.datamodule.embedding_model() is None:
             raise ValueError("callbacks.EmbeddingUpdate needs an env with an embedding model: set "
-                             "data.init_args.env.init_args.flexibility (e.g. class_path: modules.flexibility.FlexibilityModel)")
+                             "data.init_args.env.init_args.flexibility "
+                             "(e.g. class_path: modules.flexibility.FlexibilityModel)")
 
     def on_batch_collected(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: TensorDict) -> None:
         outcome = batch["next", "outcome"].reshape(-1)
@@ -95,7 +97,8 @@ class EmbeddingUpdate(L.Callback):
         if outcome.numel():
             self.store.extend(outcome.select(*_STORED).cpu())
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
         if self.schedule.due(pl_module.collected_frames):
             self.update(trainer, pl_module)
 
@@ -132,7 +135,8 @@ class EmbeddingUpdate(L.Callback):
             log.info("embedding update %d at %d frames: %s", self.updates, pl_module.collected_frames, metrics)
         return metrics
 
-    def _diagnostics(self, trainer: L.Trainer, model, data: TensorDict, loss: float) -> tuple[dict[str, float], torch.Tensor]:
+    def _diagnostics(self, trainer: L.Trainer, model, data: TensorDict,
+                     loss: float) -> tuple[dict[str, float], torch.Tensor]:
         """The logged metrics and the predicted (argmax) type of every stored customer."""
         with torch.no_grad():
             probs = model(data["attributes"])[0].exp()

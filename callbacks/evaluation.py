@@ -13,7 +13,7 @@ import torch
 from envs import unwrap
 from envs.episodes import play_episodes
 from envs.video import can_render, gif_bytes
-from modules.base import nonfinite_weights
+from modules.checks import nonfinite_weights
 from modules.schedule import FrameSchedule
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,8 @@ class PolicyEvaluation(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         pl_module.has_evaluator = True
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
         if self.schedule.due(pl_module.collected_frames):
             self._evaluate_and_keep_best(trainer, pl_module)
 

@@ -40,7 +40,8 @@ class FrameProgressBar(ProgressBar):
                              unit="frames", unit_scale=True, dynamic_ncols=True, file=sys.stdout,
                              desc="frames", smoothing=0.1)
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
         if self._bar is None or batch_idx % self.refresh_rate:
             return
         self._bar.update(max(pl_module.collected_frames - self._bar.n, 0))

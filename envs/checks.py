@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -58,7 +58,7 @@ class Checks:
         if flag is not None:
             flags.append(flag.reshape(()))
         values = torch.stack(flags).tolist()
-        for (bad, error), value in zip(pending.values(), values):
+        for (bad, error), value in zip(pending.values(), values, strict=False):  # (values may end with flag's)
             if value:
                 raise error(bad)
         return flag is not None and values[-1]

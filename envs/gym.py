@@ -47,7 +47,7 @@ def _unplain(value: object, current: object) -> object:
     if isinstance(value, list):
         same = isinstance(current, (tuple, list)) and len(current) == len(value)
         parts = list(current) if same else [None] * len(value)
-        items = [_unplain(v, c) for v, c in zip(value, parts)]
+        items = [_unplain(v, c) for v, c in zip(value, parts, strict=True)]
         return tuple(items) if isinstance(current, tuple) else items
     return value
 
@@ -83,7 +83,7 @@ def restore(env: gym.Env | gym.vector.VectorEnv, states: list[dict]) -> None:
     layers = _layers(env)
     if len(layers) != len(states):
         raise ValueError(f"env state of {len(states)} wrapper layers, this env has {len(layers)}")
-    for layer, state in zip(layers, states):
+    for layer, state in zip(layers, states, strict=True):
         for key, value in state.items():
             if key == "_np_random":
                 generator = np.random.Generator(getattr(np.random, value["bit_generator"])())
@@ -382,7 +382,7 @@ class GymVectorEnv(EnvBase):
         if not state or state.get("seed") != self._seeded_with or len(state["envs"]) != len(self.vector.envs):
             return False
         restore(self.vector, state["vector"])
-        for env, env_state in zip(self.vector.envs, state["envs"]):
+        for env, env_state in zip(self.vector.envs, state["envs"], strict=True):
             restore(env, env_state)
         self._last = {k: v.to(self.device) for k, v in state["last"].items()}
         self._fresh = state["fresh"].numpy().copy()

@@ -80,7 +80,8 @@ class RowSeededEnv(EnvBase):
             ValueError: ``row_seed`` is not int64 ``[B]``.
         """
         if row_seed.shape != self.batch_size or row_seed.dtype != torch.long:
-            raise ValueError(f"row_seed must be int64 [{self.batch_size[0]}], got {row_seed.dtype} {list(row_seed.shape)}")
+            raise ValueError(f"row_seed must be int64 [{self.batch_size[0]}], "
+                             f"got {row_seed.dtype} {list(row_seed.shape)}")
         self.row_seed = row_seed.to(self.device)
         self.episode = torch.zeros_like(self.row_seed)
 

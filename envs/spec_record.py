@@ -5,8 +5,17 @@
 from __future__ import annotations
 
 import torch
-from torchrl.data import (Binary, Bounded, Categorical, Composite, MultiCategorical, MultiOneHot, OneHot, TensorSpec,
-                          Unbounded)
+from torchrl.data import (
+    Binary,
+    Bounded,
+    Categorical,
+    Composite,
+    MultiCategorical,
+    MultiOneHot,
+    OneHot,
+    TensorSpec,
+    Unbounded,
+)
 
 # most specific first: MultiOneHot is a OneHot, MultiCategorical and Binary are Categoricals
 _FAMILIES = (("Composite", Composite), ("MultiOneHot", MultiOneHot), ("OneHot", OneHot),

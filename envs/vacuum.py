@@ -73,7 +73,8 @@ class VacuumConfig(EnvConfig):
         chargers = [tuple(int(v) for v in c) for c in chargers]
         for c in chargers:
             require(len(c) == 2 and all(0 <= v < grid_size for v in c), "chargers", [list(x) for x in chargers],
-                     f"[row, column] pairs inside the {grid_size}x{grid_size} grid (0..{grid_size - 1}); {list(c)} is not")
+                     f"[row, column] pairs inside the {grid_size}x{grid_size} grid (0..{grid_size - 1}); "
+                     f"{list(c)} is not")
         require(len(set(chargers)) == len(chargers), "chargers", [list(x) for x in chargers], "distinct cells")
         require(e_move >= 0, "e_move", e_move, "must be >= 0")
         require(e_collision >= 0, "e_collision", e_collision, "must be >= 0")

@@ -53,7 +53,8 @@ class DVRPActorCritic(ActorCriticNetwork):
         self.vehicle_embed = nn.Sequential(nn.LazyLinear(hidden_dim), nn.ReLU())
         self.context = nn.Sequential(nn.LazyLinear(hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, hidden_dim), nn.ReLU())
         self.offer_embed = nn.LazyLinear(hidden_dim)
-        self.policy_mlp = nn.Sequential(nn.ReLU(), nn.Linear(hidden_dim, hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, 1))
+        self.policy_mlp = nn.Sequential(nn.ReLU(), nn.Linear(hidden_dim, hidden_dim), nn.ReLU(),
+                                        nn.Linear(hidden_dim, 1))
         self.value_mlp = nn.Sequential(nn.Linear(hidden_dim, hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, 1))
 
     def encode(self, customers: Tensor, request: Tensor, vehicles: Tensor, depot: Tensor) -> Tensor:

@@ -71,7 +71,8 @@ class NatureCNNActorCritic(ActorCriticNetwork):
 
     def policy(self, hidden: Tensor) -> Tensor:
         if self.actor is None:
-            raise RuntimeError("NatureCNNActorCritic: no policy head yet (shape_actions builds it on the env's actions)")
+            raise RuntimeError("NatureCNNActorCritic: no policy head yet "
+                               "(shape_actions builds it on the env's actions)")
         return self.actor(hidden)
 
     def value(self, hidden: Tensor) -> Tensor:

@@ -4,7 +4,7 @@ the conversion of a user's observation (numpy or torch, one or a batch) into the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Union
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,8 +14,8 @@ from torch import Tensor, nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 # what RLModule.predict takes and returns: one observation or a batch, numpy or torch, a dict / TensorDict of entries
-Observation = Union[np.ndarray, Tensor, Mapping, TensorDictBase]
-Action = Union[np.ndarray, Tensor]
+Observation = np.ndarray | Tensor | Mapping | TensorDictBase
+Action = np.ndarray | Tensor
 
 
 class TensorPolicy(TensorDictModuleBase):
@@ -25,13 +25,14 @@ class TensorPolicy(TensorDictModuleBase):
     What TensorDictModule does for a collector, minus the generic machinery around each call (argument
     dispatch, skip-existing checks, and tensordict's ``from_any`` on every output, which searches the
     import path for pandas each time): a TorchRL collector step with a do-nothing env and policy took 137 us
-    through this adapter against 229 us through TensorDictModule. The module's parameters are this module's (``module.`` prefix in the
-    state dict, as with TensorDictModule).
+    through this adapter against 229 us through TensorDictModule. The module's parameters are this module's
+    (``module.`` prefix in the state dict, as with TensorDictModule).
 
     Args:
         module: called with the ``in_keys`` entries in order; returns one tensor or a tuple of
             ``len(out_keys)`` tensors.
-        in_keys, out_keys: the entries read and written.
+        in_keys: the entries read.
+        out_keys: the entries written.
 
     Raises:
         RuntimeError: the module returned another number of tensors than ``out_keys``.
@@ -49,7 +50,7 @@ class TensorPolicy(TensorDictModuleBase):
             out = (out,)
         if len(out) != len(self.out_keys):
             raise RuntimeError(f"{type(self.module).__name__} returned {len(out)} tensors for out_keys {self.out_keys}")
-        for key, value in zip(self.out_keys, out):
+        for key, value in zip(self.out_keys, out, strict=True):
             tensordict.set(key, value)
         return tensordict
 
@@ -136,6 +137,41 @@ def _castable(given: torch.dtype, wanted: torch.dtype) -> bool:
     return wanted.is_floating_point or not given.is_floating_point
 
 
+def _entry_values(observation: Observation, keys: list[NestedKey], where: str) -> dict[NestedKey, Any]:
+    """The observation's value of each key (a bare array or tensor is the one key's); ``where`` ends the errors."""
+    if isinstance(observation, (Mapping, TensorDictBase)):
+        values = {k: _lookup(observation, k) for k in keys}
+        missing = [_name(k) for k, v in values.items() if v is None]
+        if missing:
+            raise ValueError(f"the observation has no entry {', '.join(map(repr, missing))}: {where}")
+        return values
+    if len(keys) == 1:
+        return {keys[0]: observation}
+    raise ValueError(f"observation is a {type(observation).__name__}, but the policy reads {len(keys)} entries: "
+                     f"{where}")
+
+
+def _batch_of(key: NestedKey, value: Any, shape: torch.Size, dtype: torch.dtype, device: torch.device | str,
+              where: str) -> tuple[Tensor, int | None]:
+    """One entry as a tensor ``[N, *shape]`` of ``dtype`` on ``device``, and ``N`` (None for one observation, which
+    becomes ``N = 1``); ``where`` ends the errors."""
+    if not isinstance(value, Tensor):
+        try:
+            value = torch.from_numpy(np.array(value))
+        except (TypeError, ValueError):
+            raise ValueError(f"{_name(key)}: a {type(value).__name__} that is no numeric array: {where}") from None
+    got = f"{_name(key)} {_shape(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+    if tuple(value.shape) == tuple(shape):
+        size, value = None, value.unsqueeze(0)
+    elif value.dim() == len(shape) + 1 and tuple(value.shape[1:]) == tuple(shape):
+        size = value.shape[0]
+    else:
+        raise ValueError(f"got {got}: {where}")
+    if not _castable(value.dtype, dtype):
+        raise ValueError(f"got {got}: {where}")
+    return value.to(device=device, dtype=dtype), size
+
+
 def policy_input(observation: Observation, entries: dict[NestedKey, tuple[torch.Size, torch.dtype]],
                  device: torch.device | str = "cpu") -> tuple[TensorDict, bool, bool, torch.device | None]:
     """A user's observation as the policy's input TensorDict ``[N]``.
@@ -164,44 +200,21 @@ def policy_input(observation: Observation, entries: dict[NestedKey, tuple[torch.
     where = (f"expected {expected} (one observation, or a batch [N, ...] of them) as "
              + ("a numpy array or a tensor, or a dict / TensorDict holding it" if len(keys) == 1
                 else "a dict / TensorDict of numpy arrays or tensors"))
-    if isinstance(observation, (Mapping, TensorDictBase)):
-        values = {k: _lookup(observation, k) for k in keys}
-        missing = [_name(k) for k, v in values.items() if v is None]
-        if missing:
-            raise ValueError(f"the observation has no entry {', '.join(map(repr, missing))}: {where}")
-    elif len(keys) == 1:
-        values = {keys[0]: observation}
-    else:
-        raise ValueError(f"observation is a {type(observation).__name__}, but the policy reads {len(keys)} entries: "
-                         f"{where}")
+    values = _entry_values(observation, keys, where)
     as_numpy = not all(isinstance(v, Tensor) for v in values.values())
     device_in = next((v.device for v in values.values() if isinstance(v, Tensor)), None)
     tensors, batch = {}, set()
     for key, value in values.items():
-        shape, dtype = entries[key]
-        if not isinstance(value, Tensor):
-            try:
-                value = torch.from_numpy(np.array(value))
-            except (TypeError, ValueError):
-                raise ValueError(f"{_name(key)}: a {type(value).__name__} that is no numeric array: {where}") from None
-        got = f"{_name(key)} {_shape(value.shape)} {str(value.dtype).removeprefix('torch.')}"
-        if tuple(value.shape) == tuple(shape):
-            batch.add(None)
-            value = value.unsqueeze(0)
-        elif value.dim() == len(shape) + 1 and tuple(value.shape[1:]) == tuple(shape):
-            batch.add(value.shape[0])
-        else:
-            raise ValueError(f"got {got}: {where}")
-        if not _castable(value.dtype, dtype):
-            raise ValueError(f"got {got}: {where}")
-        tensors[key] = value.to(device=device, dtype=dtype)
+        tensors[key], size = _batch_of(key, value, *entries[key], device, where)
+        batch.add(size)
     if len(batch) > 1:
         sizes = ", ".join(f"{_name(k)} {_shape(values[k].shape)}" for k in keys)
         raise ValueError(f"entries disagree on the batch (got {sizes}): {where}")
     batched = batch != {None}
     for key, value in tensors.items():
         if value.dtype == torch.bool and _name(key).split(".")[-1] == "action_mask" and not bool(value.any(-1).all()):
-            raise ValueError(f"{_name(key)} allows no action in some row (every row needs one allowed action): {where}")
+            raise ValueError(f"{_name(key)} allows no action in some row (every row needs one allowed action): "
+                             f"{where}")
     n = next(iter(tensors.values())).shape[0]
     td = TensorDict({}, batch_size=[n], device=device)
     for key, value in tensors.items():

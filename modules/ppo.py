@@ -16,9 +16,15 @@ from torchrl.objectives.value import GAE
 
 from envs import EnvSpecs
 from modules.actor_critic import ActorCriticNetwork, CategoricalPolicy
-from modules.base import DISCOUNT, LEARNING_RATE, RLModule, check_hparams
-from modules.compatibility import (class_path, require_action_kind, require_keys, require_num_actions,
-                                   require_single_agent)
+from modules.base import RLModule
+from modules.checks import DISCOUNT, LEARNING_RATE, check_hparams
+from modules.compatibility import (
+    class_path,
+    require_action_kind,
+    require_keys,
+    require_num_actions,
+    require_single_agent,
+)
 from modules.policy import TensorPolicy
 from modules.ppo_loss import ppo_loss
 

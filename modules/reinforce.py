@@ -17,7 +17,8 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from modules.base import LEARNING_RATE, RLModule, check_hparams
+from modules.base import RLModule
+from modules.checks import LEARNING_RATE, check_hparams
 from modules.routing import Rollout, RoutingPolicy
 from modules.schedule import FrameSchedule
 

@@ -17,7 +17,8 @@ from torchrl.data import Bounded, Categorical, OneHot
 from torchrl.envs.utils import ExplorationType, exploration_type
 
 from envs import EnvSpecs
-from modules.base import DISCOUNT, LEARNING_RATE, RLModule, check_hparams
+from modules.base import RLModule
+from modules.checks import DISCOUNT, LEARNING_RATE, check_hparams
 from modules.compatibility import check_sizes, class_path, require_action_kind, require_bounded, require_keys
 from modules.policy import TensorPolicy
 from modules.sac_loss import Critics, continuous_sac_loss, discrete_sac_loss, tanh_normal_rsample

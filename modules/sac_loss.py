@@ -25,7 +25,6 @@ from torchrl.objectives.utils import distance_loss
 
 from modules.target import td0_target, weighted_mean
 
-
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
 
@@ -43,7 +42,11 @@ def tanh_normal_rsample(loc: Tensor, scale: Tensor, low: Tensor, high: Tensor,
     Haarnoja et al. 2018, arXiv:1801.01290, appendix C), with log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)).
 
     Args:
-        loc, scale: ``[*B, A]`` (scale > 0). low, high: ``[A]``. log_prob: False to skip the log-probability.
+        loc: ``[*B, A]``.
+        scale: ``[*B, A]`` (> 0).
+        low: ``[A]``.
+        high: ``[A]``.
+        log_prob: False to skip the log-probability.
 
     Returns:
         The action ``[*B, A]`` and its log-probability ``[*B]`` (None without ``log_prob``).
@@ -146,7 +149,8 @@ def discrete_sac_loss(actor: nn.Module, critics: Critics, target_critics: nn.Mod
     Args:
         actor: ``observation`` -> logits ``[N, A]``. critics: ``observation`` -> ``[C, N, A]``. The batch's
             ``action`` is an index ``[N]`` or one-hot ``[N, A]``.
-        (the rest as :func:`continuous_sac_loss`)
+
+    The other arguments are as :func:`continuous_sac_loss`'s.
 
     Returns:
         As :func:`continuous_sac_loss`; ``entropy`` is the mean of -sum_a pi log pi.

@@ -55,7 +55,7 @@ class TargetNetwork(nn.Module):
     @torch.no_grad()
     def copy_source(self) -> None:
         """Make the copy equal to ``source`` now."""
-        for target, source in zip(*self._pairs()):
+        for target, source in zip(*self._pairs(), strict=True):
             target.copy_(source)
 
     @torch.no_grad()
@@ -63,7 +63,7 @@ class TargetNetwork(nn.Module):
         """The update after one optimiser step of ``source``."""
         if self.update == "soft":
             targets, sources = self._pairs()
-            floats = [(t, s) for t, s in zip(targets, sources) if t.is_floating_point()]
+            floats = [(t, s) for t, s in zip(targets, sources, strict=True) if t.is_floating_point()]
             torch._foreach_lerp_([t for t, _ in floats], [s for _, s in floats], self.tau)
             return
         self.counter += 1

@@ -29,10 +29,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     written to a temporary file beside it (``<name>.<random>.tmp``), flushed to disk (``fsync``), and renamed over
     the target (``os.replace``, atomic on one file system), then the folder is synced. A crash at any moment
     leaves either the previous file or the new one, complete; the temporary file of a process killed while writing
-    is removed by the next save of that name (one run at a time writes a run folder: ``pipelines.fit`` locks it). (Lightning's own save writes its temporary file in
-    the system's temporary folder, which ``shutil.move`` copies non-atomically when that is another file system,
-    and which a crash leaves behind there.) ``pipelines.fit`` adds it unless the config lists a checkpoint IO
-    plugin. Remote paths (``s3://`` ...) are left to Lightning.
+    is removed by the next save of that name (one run at a time writes a run folder: ``pipelines.fit`` locks it).
+    (Lightning's own save writes its temporary file in the system's temporary folder, which ``shutil.move`` copies
+    non-atomically when that is another file system, and which a crash leaves behind there.) ``pipelines.fit`` adds
+    it unless the config lists a checkpoint IO plugin. Remote paths (``s3://`` ...) are left to Lightning.
 
     Raises:
         TypeError: ``storage_options`` (as Lightning's).
@@ -199,7 +199,8 @@ def run_configs(path: str) -> tuple[list[str], str]:
     if not os.path.isfile(path):
         raise ValueError(f"--ckpt_path={path!r}: no such file")
     folder = os.path.dirname(os.path.abspath(path))
-    beside = os.path.join(os.path.dirname(folder) if os.path.basename(folder) == "checkpoints" else folder, "config.yaml")
+    run_folder = os.path.dirname(folder) if os.path.basename(folder) == "checkpoints" else folder
+    beside = os.path.join(run_folder, "config.yaml")
     if os.path.isfile(beside):
         return [beside], beside
     record = read_checkpoint(path, "--ckpt_path")

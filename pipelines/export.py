@@ -160,7 +160,7 @@ def _describe(module: RLModule, ckpt_path: str, fmt: str, out: str, keys: list, 
     return {
         "format": fmt, "file": os.path.basename(out),
         "inputs": [{"key": _name(k), "shape": list(x.shape[1:]), "dtype": str(x.dtype).removeprefix("torch.")}
-                   for k, x in zip(keys, inputs)],
+                   for k, x in zip(keys, inputs, strict=True)],
         "action": {"shape": list(action.shape[1:]), "dtype": str(action.dtype).removeprefix("torch."),
                    "discrete": not action.dtype.is_floating_point},
         "policy": f"{type(module).__module__}.{type(module).__name__} (deterministic)",
@@ -196,7 +196,7 @@ def _publish(temps: list[str], targets: list[str]) -> None:
     if threading.current_thread() is threading.main_thread():
         previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in _STOP_SIGNALS}
     try:
-        for temp, target in zip(temps, targets):
+        for temp, target in zip(temps, targets, strict=True):
             os.replace(temp, target)
     finally:
         for signum, handler in previous.items():

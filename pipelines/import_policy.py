@@ -7,12 +7,12 @@ object (``lightning.pytorch.callbacks.model_checkpoint.torch.load``) is judged b
 Allowed: this project's packages (:data:`PROJECT_PACKAGES`), the parts of the libraries it builds on that a
 config has reason to name (:data:`LIBRARY_PARTS`: Lightning's loggers, callbacks, strategies, plugins,
 accelerators and profilers, torch's optimisers and network layers), and the packages a user names in the
-environment variable :data:`ALLOW_ENV` (comma-separated dot paths, e.g. ``RLPIPE_ALLOW_IMPORTS=my_envs,my_nets.policies``),
-so that users can plug in their own env and network classes. The rest of those libraries is refused (torch's
-``jit``, ``hub``, ``utils``, serialisation...: a config never needs a function that loads or runs files), with a
-few named parts refused under any rule (:data:`DENIED_INSIDE`), as are jsonargparse's own defaults (``os``,
-``subprocess``, ``pickle``, ...). The check is jsonargparse's import-path policy (``set_parsing_settings``),
-switched to deny everything else.
+environment variable :data:`ALLOW_ENV` (comma-separated dot paths, e.g.
+``RLPIPE_ALLOW_IMPORTS=my_envs,my_nets.policies``), so that users can plug in their own env and network classes.
+The rest of those libraries is refused (torch's ``jit``, ``hub``, ``utils``, serialisation...: a config never needs
+a function that loads or runs files), with a few named parts refused under any rule (:data:`DENIED_INSIDE`), as
+are jsonargparse's own defaults (``os``, ``subprocess``, ``pickle``, ...). The check is jsonargparse's import-path
+policy (``set_parsing_settings``), switched to deny everything else.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ DENIED_INSIDE = ("torch.hub", "torch.load", "torch.serialization", "torch.packag
                  "torch.jit.load", "torch.export.load", "torch.compile")
 
 HELP = (f"Class paths may name this project's packages ({', '.join(PROJECT_PACKAGES)}) and these parts of the "
-        f"libraries it builds on: {', '.join(LIBRARY_PARTS)}; anything else is refused before it is imported. Allow your own "
-        f"packages with the environment variable {ALLOW_ENV}=pkg[,pkg.sub,...].")
+        f"libraries it builds on: {', '.join(LIBRARY_PARTS)}; anything else is refused before it is imported. "
+        f"Allow your own packages with the environment variable {ALLOW_ENV}=pkg[,pkg.sub,...].")
 
 
 def user_packages() -> list[str]:

@@ -1,5 +1,6 @@
-"""The command line's parser: LightningCLI's, with no abbreviated options and errors said in one line, and the
-bounds a config file must keep before it is read (:func:`check_config_inputs`).
+"""The command line's parser: LightningCLI's, with no abbreviated options and errors said in one line; the bounds a
+config file must keep before it is read (:func:`check_config_inputs`); and the one-line end of a run on a bad config
+value (:func:`config_exit`, :func:`config_error`).
 
 argparse (and so jsonargparse) accepts any unique prefix of an option by default: ``--trainer.max_epoch=2`` was
 taken as ``--trainer.max_epochs``. Here an option is only ever its full name. A parse error is printed as one line
@@ -19,7 +20,11 @@ from typing import NoReturn
 
 import yaml
 from jsonargparse._common import debug_mode_active
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser
+
+PACKAGES = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), p) + os.sep
+                 for p in ("pipelines", "modules", "envs", "callbacks"))  # the project's own code
 
 _PARSER_KEY = re.compile(r'^(?:- )?Parser key "([^"]+)":$')
 _CLASS_PATH = re.compile(r"^(?:- )?Problem with given class_path '([^']+)':$")
@@ -174,3 +179,28 @@ def check_config_inputs(argv: list[str]) -> None:
         except UnicodeDecodeError:
             raise ValueError(f"{name}: not a text file (a YAML config is UTF-8 text)") from None
         check_config_text(text, name)
+
+
+def config_exit(err: Exception) -> None:
+    """End the run on a bad config value or file: its one message on stderr, exit status 2."""
+    print(f"error: {err}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+
+def config_error(err: BaseException) -> Exception | None:
+    """The ``ValueError`` / ``FileNotFoundError`` raised by this project's own code (its innermost frame in one of
+    the project's packages), or Lightning's ``MisconfigurationException``, somewhere in ``err``'s chain of causes,
+    or None: a constructor's rejection of a config value, which jsonargparse wraps in its own errors."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, MisconfigurationException):  # Lightning's rejection of a trainer setting
+            return err
+        if isinstance(err, (ValueError, FileNotFoundError)) and err.__traceback__ is not None:
+            frame = err.__traceback__
+            while frame.tb_next is not None:
+                frame = frame.tb_next
+            if os.path.abspath(frame.tb_frame.f_code.co_filename).startswith(PACKAGES):
+                return err
+        err = err.__cause__ or err.__context__
+    return None

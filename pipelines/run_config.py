@@ -27,7 +27,8 @@ def add_default_callbacks(trainer: Namespace) -> None:
         if isinstance(logger, Namespace) and str(logger.get("class_path", "")).endswith("TensorBoardLogger"):
             logger.init_args.default_hp_metric = False
     callbacks = trainer.get("callbacks") or []
-    if trainer.get("enable_progress_bar") is False:  # no bar asked for: the config's frame bar goes (Lightning refuses both)
+    # no bar asked for: the config's frame bar goes (Lightning refuses both)
+    if trainer.get("enable_progress_bar") is False:
         callbacks = trainer.callbacks = [c for c in callbacks if not (
             isinstance(c, Namespace) and str(c.get("class_path", "")).endswith("FrameProgressBar"))]
     if not any(isinstance(c, Namespace) and str(c.get("class_path", "")).endswith("NonFiniteGuard") for c in callbacks):

@@ -13,11 +13,11 @@ standard error over seeds, and ``DIR/curves.png``, the metric against collected 
 mean. The last stdout line is one JSON object (also written to ``DIR/summary.json``).
 
 A seed whose folder holds a finished run (``DIR/seed_<S>/finished``) is read, not run again, so a study can be
-extended with more seeds or continued after an interruption, but only under the same settings: each seed's folder
-and the study's record the settings they were run with (``settings.json``: the fit's settings as ``pipelines.fit``
-resolves them, :func:`pipelines.fit.fit_settings`), and a folder run with other settings stops the command before anything
-starts, naming the keys that differ (exit status 2; use another ``--out``). A folder holding an unfinished run is
-refused (resume it with ``pipelines.fit --ckpt_path`` or remove it).
+extended with more seeds or continued after an interruption, but only under the same settings: each seed's folder and
+the study's record the settings they were run with (``settings.json``: the fit's settings as ``pipelines.fit``
+resolves them, :func:`pipelines.fit.fit_settings`), and a folder run with other settings stops the command before
+anything starts, naming the keys that differ (exit status 2; use another ``--out``). A folder holding an unfinished
+run is refused (resume it with ``pipelines.fit --ckpt_path`` or remove it).
 
 SIGTERM or SIGINT (Ctrl+C) is handed on to the running fits (each in its own process group, so a terminal's Ctrl+C
 reaches them once, through this command), which stop after their current step and write ``last.ckpt``; the command
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import subprocess
@@ -44,18 +43,23 @@ from pipelines.threads import set_wait_policy, side_by_side_env
 
 set_wait_policy()  # before torch is imported (pipelines/threads.py)
 
-import numpy as np  # noqa: E402
 
 from pipelines.console import rounded  # noqa: E402
 from pipelines.fit import fit_settings  # noqa: E402
 from pipelines.run_config import FIT_KEYS, CommandParser, parse_with_fit_keys  # noqa: E402
-from pipelines.scalars import read_scalars  # noqa: E402
-from pipelines.settings import (SETTINGS_FILE, SettingsMismatch, describe_diff, read_settings,  # noqa: E402
-                                settings_diff, write_settings)
+from pipelines.seed_summary import FALLBACK_METRIC, plot, summarise  # noqa: E402
+from pipelines.settings import (  # noqa: E402
+    SETTINGS_FILE,
+    SettingsMismatch,
+    describe_diff,
+    read_settings,
+    settings_diff,
+    write_settings,
+)
 
-FALLBACK_METRIC = "rollout/episode_return"
 PER_SEED_KEYS = ("seed_everything", "trainer.default_root_dir")  # settings that differ between seeds by design
-STOP_WAIT_S = 60.0  # seconds the fits get to stop after a handed-on signal (their own deadline: fit.STOP_GRACE_S)
+# seconds the fits get to stop after a handed-on signal (their own deadline: pipelines.stop_signals.STOP_GRACE_S)
+STOP_WAIT_S = 60.0
 
 
 class _Stopped(Exception):
@@ -106,9 +110,9 @@ def fit_command(configs: list[str], seed: int, folder: str, overrides: list[str]
 
 def run_seeds(configs: list[str], seeds: list[int], out: str, parallel: int, overrides: list[str],
               settings: dict) -> dict[int, str]:
-    """Fit every seed not finished yet under ``settings`` (:func:`pipelines.fit.fit_settings` of the fit's command line without
-    its per-seed keys), ``parallel`` at once; returns ``{seed: folder}``. A finished seed run under the same
-    settings is read back (and says so). Each seed's folder and ``out`` record ``settings`` before a fit starts.
+    """Fit every seed not finished yet under ``settings`` (:func:`pipelines.fit.fit_settings` of the fit's command
+    line without its per-seed keys), ``parallel`` at once; returns ``{seed: folder}``. A finished seed run under the
+    same settings is read back (and says so). Each seed's folder and ``out`` record ``settings`` before a fit starts.
 
     Raises:
         SettingsMismatch: a folder in ``out`` made under other settings (see :func:`check_settings`).
@@ -143,6 +147,82 @@ def run_seeds(configs: list[str], seeds: list[int], out: str, parallel: int, ove
     return folders
 
 
+class _Fits:
+    """The running fits of :func:`_run`, by seed: each started in its own process group with its output in its
+    folder's ``fit.log``, handed on the signals this process receives, killed :data:`STOP_WAIT_S` seconds after the
+    first signal, and reaped."""
+
+    def __init__(self, configs: list[str], folders: dict[int, str], overrides: list[str], settings: dict,
+                 env: dict[str, str] | None) -> None:
+        self.configs, self.folders, self.overrides, self.settings, self.env = configs, folders, overrides, settings, env
+        self.running: dict[int, tuple[subprocess.Popen, Any]] = {}
+        self.signals: list[int] = []  # the signals received, first one first
+        self.told: set[int] = set()  # the seeds whose fit was handed the first signal
+        self.killed: set[int] = set()  # the seeds whose fit was killed, past the deadline
+        self.deadline: float | None = None
+        self.failed: list[str] = []  # the failed fits' descriptions
+
+    def hand_on(self, signum: int, frame) -> None:
+        """The signal handler: hand ``signum`` on to every running fit."""
+        self.signals.append(signum)
+        for seed, (proc, _) in list(self.running.items()):
+            self.told.add(seed)
+            if proc.returncode is None:
+                try:
+                    proc.send_signal(signum)
+                except OSError:  # ended meanwhile
+                    pass
+
+    def start(self, seed: int) -> None:
+        """Start seed ``seed``'s fit in its folder, with the settings recorded there first."""
+        folder = self.folders[seed]
+        os.makedirs(folder)
+        write_settings(folder, self.settings)
+        log = open(os.path.join(folder, "fit.log"), "w")
+        proc = subprocess.Popen(fit_command(self.configs, seed, folder, self.overrides), stdout=log,
+                                stderr=subprocess.STDOUT, env=self.env, process_group=0)
+        self.running[seed] = (proc, log)
+        print(f"seed {seed}: running in {folder}", file=sys.stderr, flush=True)
+
+    def stop(self) -> None:
+        """After a signal: hand the first one to the fits started as it came, and kill the fits still running
+        :data:`STOP_WAIT_S` seconds after it."""
+        for seed, (proc, _) in self.running.items():  # a fit started as the signal came
+            if seed not in self.told and proc.poll() is None:
+                self.told.add(seed)
+                proc.send_signal(self.signals[0])
+        self.deadline = self.deadline or time.monotonic() + STOP_WAIT_S
+        if time.monotonic() > self.deadline:
+            for seed, (proc, _) in self.running.items():
+                if seed not in self.killed and proc.poll() is None:
+                    self.killed.add(seed)
+                    proc.kill()
+                    print(f"seed {seed}: killed ({STOP_WAIT_S:.0f} s after the signal)", file=sys.stderr, flush=True)
+
+    def reap(self) -> None:
+        """Forget the fits that ended: a fit that ended with status 0 is marked finished (even after a signal), one
+        stopped by a signal is said so, any other is failed."""
+        for seed, (proc, log) in list(self.running.items()):
+            if proc.poll() is None:
+                continue
+            log.close()
+            del self.running[seed]
+            if proc.returncode == 0:
+                open(os.path.join(self.folders[seed], "finished"), "w").close()
+                print(f"seed {seed}: finished", file=sys.stderr, flush=True)
+            elif self.signals:
+                print(f"seed {seed}: stopped (exit status {proc.returncode}, log {log.name})", file=sys.stderr,
+                      flush=True)
+            else:
+                self.failed.append(f"seed {seed} (exit status {proc.returncode}, log {log.name})")
+
+    def kill_all(self) -> None:
+        """Kill the fits still running (only on an error in :func:`_run`: no fit outlives the command)."""
+        for proc, _ in self.running.values():
+            proc.kill()
+            proc.wait()
+
+
 def _run(configs: list[str], todo: list[int], folders: dict[int, str], parallel: int, overrides: list[str],
          settings: dict) -> list[str]:
     """Start and reap the fits; returns the failed ones' descriptions, or raises :class:`_Stopped` after a signal.
@@ -150,122 +230,26 @@ def _run(configs: list[str], todo: list[int], folders: dict[int, str], parallel:
     SIGTERM and SIGINT are handed on to every running fit (each is started in its own process group, so it gets a
     terminal's Ctrl+C from here alone, once); then no new fit starts, the running ones get :data:`STOP_WAIT_S`
     seconds to stop before they are killed, and a fit that ended with status 0 is still marked finished."""
-    failed: list[str] = []
-    env = side_by_side_env() if parallel > 1 else None  # (fits at once: threads sleep when idle)
-    running: dict[int, tuple[subprocess.Popen, Any]] = {}
-    signals: list[int] = []  # the signals received, first one first
-    told: set[int] = set()  # the seeds whose fit was handed the first signal
-    killed: set[int] = set()  # the seeds whose fit was killed, past the deadline
-
-    def hand_on(signum: int, frame) -> None:
-        signals.append(signum)
-        for seed, (proc, _) in list(running.items()):
-            told.add(seed)
-            if proc.returncode is None:
-                try:
-                    proc.send_signal(signum)
-                except OSError:  # ended meanwhile
-                    pass
-
+    fits = _Fits(configs, folders, overrides, settings,
+                 side_by_side_env() if parallel > 1 else None)  # (fits at once: threads sleep when idle)
     previous = {}
     if threading.current_thread() is threading.main_thread():  # (signal handlers need it)
-        previous = {s: signal.signal(s, hand_on) for s in (signal.SIGTERM, signal.SIGINT)}
-    deadline: float | None = None
+        previous = {s: signal.signal(s, fits.hand_on) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        while (todo and not signals) or running:
-            while todo and not signals and len(running) < parallel:
-                seed = todo.pop(0)
-                os.makedirs(folders[seed])
-                write_settings(folders[seed], settings)
-                log = open(os.path.join(folders[seed], "fit.log"), "w")
-                proc = subprocess.Popen(fit_command(configs, seed, folders[seed], overrides), stdout=log,
-                                        stderr=subprocess.STDOUT, env=env, process_group=0)
-                running[seed] = (proc, log)
-                print(f"seed {seed}: running in {folders[seed]}", file=sys.stderr, flush=True)
-            if signals:
-                for seed, (proc, _) in running.items():  # a fit started as the signal came
-                    if seed not in told and proc.poll() is None:
-                        told.add(seed)
-                        proc.send_signal(signals[0])
-                deadline = deadline or time.monotonic() + STOP_WAIT_S
-                if time.monotonic() > deadline:
-                    for seed, (proc, _) in running.items():
-                        if seed not in killed and proc.poll() is None:
-                            killed.add(seed)
-                            proc.kill()
-                            print(f"seed {seed}: killed ({STOP_WAIT_S:.0f} s after the signal)", file=sys.stderr,
-                                  flush=True)
+        while (todo and not fits.signals) or fits.running:
+            while todo and not fits.signals and len(fits.running) < parallel:
+                fits.start(todo.pop(0))
+            if fits.signals:
+                fits.stop()
             time.sleep(0.2)
-            for seed, (proc, log) in list(running.items()):
-                if proc.poll() is None:
-                    continue
-                log.close()
-                del running[seed]
-                if proc.returncode == 0:
-                    open(os.path.join(folders[seed], "finished"), "w").close()
-                    print(f"seed {seed}: finished", file=sys.stderr, flush=True)
-                elif signals:
-                    print(f"seed {seed}: stopped (exit status {proc.returncode}, log {log.name})", file=sys.stderr,
-                          flush=True)
-                else:
-                    failed.append(f"seed {seed} (exit status {proc.returncode}, log {log.name})")
+            fits.reap()
     finally:
-        for proc, _ in running.values():  # only on an error here: no fit outlives the command
-            proc.kill()
-            proc.wait()
+        fits.kill_all()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    if signals:
-        raise _Stopped(signals[0])
-    return failed
-
-
-def summarise(folders: dict[int, str], metric: str | None) -> dict:
-    """Per seed the final and best value of ``metric`` and the frames of its last point, and the mean ± standard
-    error of the final values over seeds (``metric`` None: ``eval/episode_return`` where every run logged it, else
-    ``rollout/episode_return``).
-
-    Raises:
-        ValueError: a run without that metric (names the seed and the metrics it has).
-    """
-    curves = {seed: read_scalars(folder) for seed, folder in folders.items()}
-    if metric is None:
-        metric = "eval/episode_return" if all("eval/episode_return" in c for c in curves.values()) else FALLBACK_METRIC
-    rows = {}
-    for seed, scalars in curves.items():
-        if metric not in scalars:
-            raise ValueError(f"seed {seed} ({folders[seed]}) logged no {metric!r}; it has: {', '.join(sorted(scalars))}")
-        steps, values = scalars[metric]
-        rows[seed] = {"final": float(values[-1]), "best": float(values.max()), "frames": int(steps[-1])}
-    finals = np.array([row["final"] for row in rows.values()])
-    se = float(finals.std(ddof=1) / math.sqrt(len(finals))) if len(finals) > 1 else float("nan")
-    return {"metric": metric, "seeds": rows, "mean": float(finals.mean()), "se": se,
-            "curves": {seed: scalars[metric] for seed, scalars in curves.items()}}
-
-
-def plot(summary: dict, path: str, title: str) -> None:
-    """The metric against frames, a thin line per seed and their mean (on the frames every seed logged) thick."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
-    curves = summary["curves"]
-    for seed, (steps, values) in curves.items():
-        ax.plot(steps, values, linewidth=0.8, alpha=0.6, label=f"seed {seed}")
-    common = sorted(set.intersection(*(set(steps.tolist()) for steps, _ in curves.values())))
-    if common:
-        mean = np.mean([np.interp(common, steps, values) for steps, values in curves.values()], axis=0)
-        ax.plot(common, mean, color="black", linewidth=2.0, label="mean")
-    ax.set_xlabel("frames")
-    ax.set_ylabel(summary["metric"])
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    if fits.signals:
+        raise _Stopped(fits.signals[0])
+    return fits.failed
 
 
 def main(argv: list[str] | None = None) -> dict:

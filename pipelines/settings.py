@@ -28,7 +28,7 @@ def settings_diff(there: Any, now: Any, key: str = "") -> list[tuple[str, Any, A
                                    f"{key}.{name}" if key else str(name))
         return diffs
     if isinstance(there, list) and isinstance(now, list) and len(there) == len(now):
-        return [d for i, (a, b) in enumerate(zip(there, now)) for d in settings_diff(a, b, f"{key}[{i}]")]
+        return [d for i, (a, b) in enumerate(zip(there, now, strict=True)) for d in settings_diff(a, b, f"{key}[{i}]")]
     same = there == now and isinstance(there, bool) == isinstance(now, bool)  # (True == 1 in Python)
     return [] if same else [(key, there, now)]
 

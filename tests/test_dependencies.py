@@ -4,8 +4,8 @@ installs within) pins every dependency to one version that ``pyproject.toml`` al
 from __future__ import annotations
 
 import pathlib
-import tomllib
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.version import Version
 

@@ -1,8 +1,9 @@
 """The house rule on imports, read from the source (AST, nothing imported): dependencies point one way,
 ``pipelines`` -> ``callbacks`` -> ``modules`` -> ``envs``, and no two files import each other, directly or
-through others. Two kinds of import do not count as edges of a cycle, because Python never runs them as one:
-a package ``__init__`` importing its own files (it runs first), and annotation-only imports under
-``if TYPE_CHECKING:`` (never run). They still count for the layer rule."""
+through others. Annotation-only imports under ``if TYPE_CHECKING:`` count like any other: a circle that only
+annotations close is still two files that each need the other to be read. The one import that is no edge of a
+circle is a package ``__init__`` importing its own files (it runs first, and its files import it for names it
+re-exports). Since the layer rule forbids upward imports, every circle lies inside one package."""
 
 from __future__ import annotations
 
@@ -22,22 +23,13 @@ def import_graph(root: Path, packages: tuple[str, ...] = LAYERS) -> dict[str, se
     """``{module: modules of the tree it imports}`` over the ``.py`` files of ``packages`` under ``root``.
 
     ``from a.b import c`` is an import of ``a.b.c`` when that is a file of the tree, else of ``a.b``;
-    imports inside functions count too."""
-    return {name: runtime | typing for name, (runtime, typing) in _imports(root, packages).items()}
-
-
-def _imports(root: Path, packages: tuple[str, ...]) -> dict[str, tuple[set[str], set[str]]]:
-    """``{module: (modules it imports at run time, modules it imports under TYPE_CHECKING only)}``."""
+    imports inside functions and under ``if TYPE_CHECKING:`` count too."""
     files = {_module_name(root, p): p for pkg in packages for p in (root / pkg).rglob("*.py")}
-    out: dict[str, tuple[set[str], set[str]]] = {}
+    out: dict[str, set[str]] = {}
     for name, path in files.items():
         is_package = path.name == "__init__.py"
         tree = ast.parse(path.read_text(), str(path))
-        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                       and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-                       for stmt in block.body for n in ast.walk(stmt)}
         edges: set[str] = set()
-        typing_edges: set[str] = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -54,14 +46,9 @@ def _imports(root: Path, packages: tuple[str, ...]) -> dict[str, tuple[set[str],
                 while target and target not in files:  # `import a.b.c` of a non-file attribute: its module
                     target = target.rpartition(".")[0]
                 if target and target != name:
-                    (typing_edges if id(node) in typing_only else edges).add(target)
-        out[name] = (edges, typing_edges - edges)
+                    edges.add(target)
+        out[name] = edges
     return out
-
-
-def runtime_graph(root: Path, packages: tuple[str, ...] = LAYERS) -> dict[str, set[str]]:
-    """:func:`import_graph` without the annotation-only imports."""
-    return {name: runtime for name, (runtime, _) in _imports(root, packages).items()}
 
 
 def layer_violations(graph: dict[str, set[str]]) -> list[str]:
@@ -109,10 +96,11 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_imports_point_one_way_and_have_no_cycles():
+    """No upward import, and no circle of imports, annotation-only ones included, in any package."""
     graph = import_graph(REPO)
     assert len(graph) > 50, "the package tree was not found"
     assert layer_violations(graph) == []
-    assert cycles(runtime_graph(REPO)) == []
+    assert cycles(graph) == []
 
 
 def test_the_checker_finds_upward_imports_and_cycles(tmp_path):
@@ -134,5 +122,28 @@ def test_the_checker_finds_upward_imports_and_cycles(tmp_path):
         (tmp_path / path).write_text(text)
     graph = import_graph(tmp_path)
     assert layer_violations(graph) == ["envs.c -> pipelines.p"]
-    assert cycles(graph) == [["envs.a", "envs.b"], ["envs.d", "envs.e"]]
-    assert cycles(runtime_graph(tmp_path)) == [["envs.a", "envs.b"]]  # d -> e is annotation-only
+    assert cycles(graph) == [["envs.a", "envs.b"], ["envs.d", "envs.e"]]  # d -> e is annotation-only: it counts
+
+
+def test_the_checker_finds_circles_inside_a_package(tmp_path):
+    """The circle checker itself, on a small tree: a circle of three files in one package closed by an
+    annotation-only import is reported; a package ``__init__`` importing its own file, which imports the package
+    back for a name, is not; and neither is a chain that does not close."""
+    for path, text in {
+        "envs/__init__.py": "",
+        "modules/__init__.py": "from modules.w import W\n",
+        "modules/w.py": "from modules import helper\n",
+        "modules/x.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from modules.y import Y\n",
+        "modules/y.py": "from modules.z import Z\n",
+        "modules/z.py": "import modules.x\n",
+        "modules/u.py": "from modules.v import V\n",
+        "modules/v.py": "from envs import thing\n",
+        "callbacks/__init__.py": "",
+        "pipelines/__init__.py": "",
+    }.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    graph = import_graph(tmp_path)
+    assert graph["modules.x"] == {"modules.y"}  # the annotation-only import is an edge
+    assert cycles(graph) == [["modules.x", "modules.y", "modules.z"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
@@ -21,8 +22,12 @@ from envs.dvrp.reader import FileInstances, expand_instance_paths
 from envs.dvrp.reference import solve_with_pyvrp
 
 
+@dataclass(eq=False)
 class DVRPConfig(EnvConfig):
-    """Dynamic VRP with time windows and window offers; defaults from ``shared/notes/dvrp-defaults.md``.
+    """Dynamic VRP with time windows and window offers: the parameters of a day, checked when the config is made.
+
+    The defaults are the measured ones of the project's DVRP notes (30 customers, 2 vehicles, capacity 250, horizon
+    1000, windows of 120, service 10, shifts up to 3 slots, four flexibility types).
 
     Args:
         num_customers: N requests per episode (episode length, in steps), or a list of sizes for days of mixed
@@ -71,91 +76,91 @@ class DVRPConfig(EnvConfig):
             Instance files are read here, before any training.
     """
 
-    def __init__(
-        self,
-        num_customers: int | list[int] = 30,
-        num_vehicles: int | list[int] = 2,
-        capacity: float | None = 250.0,
-        horizon: float = 1000.0,
-        window_width: float = 120.0,
-        service_time: float = 10.0,
-        max_shift: int = 3,
-        type_mix: tuple[float, ...] = (0.3, 0.3, 0.2, 0.2),
-        attribute_separation: float = 1.5,
-        served_reward: float = 80.0,
-        layout: Literal["R", "C", "RC"] = "R",
-        max_demand: int = 30,
-        num_clusters: int = 8,
-        cluster_std: float = 5.0,
-        instances: str | None = None,
-        oracle: Literal["insertion", "neural"] = "insertion",
-        oracle_checkpoint: str | None = None,
-        oracle_augment: int = 8,
-        dtype: Literal["float32", "float64"] = "float32",
-        flexibility: CustomerModel | None = None,
-        refusal_mask_threshold: float | None = None,
-    ) -> None:
-        type_mix = [float(p) for p in type_mix]
-        self.sizes = _sizes(num_customers, num_vehicles)
-        num_customers, num_vehicles = max(n for n, _ in self.sizes), max(m for _, m in self.sizes)
-        require(capacity is None or capacity > 0, "capacity", capacity, "must be > 0 or null (files' own)")
-        require(max_shift >= 0, "max_shift", max_shift, "must be >= 0")
-        require(len(type_mix) >= 1 and all(p >= 0 for p in type_mix) and abs(sum(type_mix) - 1.0) < 1e-6,
-                 "type_mix", type_mix, "non-negative probabilities summing to 1")
-        require(attribute_separation >= 0, "attribute_separation", attribute_separation, "must be >= 0")
-        require(layout in ("R", "C", "RC"), "layout", layout, "one of R, C, RC")
-        require(oracle in ("insertion", "neural"), "oracle", oracle, "one of: insertion, neural")
-        require(oracle_augment >= 1, "oracle_augment", oracle_augment, "must be >= 1")
-        require(oracle != "neural" or len(self.sizes) == 1, "num_customers", [n for n, _ in self.sizes],
-                "one size with oracle: neural (its routing policy is trained for one N)")
-        require(oracle != "neural" or oracle_checkpoint is not None, "oracle_checkpoint", oracle_checkpoint,
-                 "a routing-policy checkpoint is required with oracle: neural (train one with configs/vrptw_oracle.yaml)")
-        require(dtype in ("float32", "float64"), "dtype", dtype, "one of float32, float64")
-        require(max_demand >= 1, "max_demand", max_demand, "must be >= 1")
-        require(num_clusters >= 1, "num_clusters", num_clusters, "must be >= 1")
-        require(window_width > 0, "window_width", window_width, "must be > 0")
-        require(service_time >= 0, "service_time", service_time, "must be >= 0")
-        require(refusal_mask_threshold is None or 0.0 <= refusal_mask_threshold < 1.0, "refusal_mask_threshold",
-                refusal_mask_threshold, "must be in [0, 1) or null")
-        require(refusal_mask_threshold is None or flexibility is not None, "refusal_mask_threshold",
-                refusal_mask_threshold, "needs a flexibility model (env.flexibility)")
-        self.embedding_dim = 0 if flexibility is None else _embedding_dim(flexibility, len(type_mix))
-        if oracle_checkpoint is not None and not os.path.isfile(oracle_checkpoint):
-            raise FileNotFoundError(f"env.oracle_checkpoint={oracle_checkpoint!r}: no such file (train one with "
-                                    f"`python -m pipelines.fit --config configs/vrptw_oracle.yaml`)")
-        self.num_customers = num_customers
-        self.num_vehicles = num_vehicles
-        self.capacity = capacity
-        self.horizon = horizon
-        self.window_width = window_width
-        self.service_time = service_time
-        self.max_shift = max_shift
-        self.type_mix = type_mix
-        self.attribute_separation = attribute_separation
-        self.served_reward = served_reward
-        self.layout = layout
-        self.max_demand = max_demand
-        self.num_clusters = num_clusters
-        self.cluster_std = cluster_std
-        self.instances = instances
-        self.oracle = oracle
-        self.oracle_checkpoint = oracle_checkpoint
-        self.oracle_augment = oracle_augment
+    num_customers: int | list[int] = 30
+    num_vehicles: int | list[int] = 2
+    capacity: float | None = 250.0
+    horizon: float = 1000.0
+    window_width: float = 120.0
+    service_time: float = 10.0
+    max_shift: int = 3
+    type_mix: tuple[float, ...] = (0.3, 0.3, 0.2, 0.2)
+    attribute_separation: float = 1.5
+    served_reward: float = 80.0
+    layout: Literal["R", "C", "RC"] = "R"
+    max_demand: int = 30
+    num_clusters: int = 8
+    cluster_std: float = 5.0
+    instances: str | None = None
+    oracle: Literal["insertion", "neural"] = "insertion"
+    oracle_checkpoint: str | None = None
+    oracle_augment: int = 8
+    dtype: Literal["float32", "float64"] = "float32"
+    flexibility: CustomerModel | None = None
+    refusal_mask_threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        """Check every key (before any work), then derive the sizes, the embedding width and the instance source."""
+        self.type_mix = [float(p) for p in self.type_mix]
+        self.sizes = _sizes(self.num_customers, self.num_vehicles)
+        self.num_customers = max(n for n, _ in self.sizes)
+        self.num_vehicles = max(m for _, m in self.sizes)
+        self._check_problem()
+        self._check_oracle()
+        self._check_flexibility()
         self.routing_policy: RoutingSolver | None = None  # handed over by the pipeline (attach_model)
-        self.dtype = dtype
-        self.flexibility = flexibility
-        self.refusal_mask_threshold = refusal_mask_threshold
         # one model shared by every env built from this config (training and evaluation envs alike)
-        self.embedding_model = flexibility
-        mix = torch.tensor(type_mix, dtype=torch.float64)
-        if instances is None:
-            require(capacity is not None, "capacity", capacity, "required for generated instances")
-            self.source: InstanceGenerator | FileInstances = InstanceGenerator(
-                num_customers, layout, horizon, window_width, service_time, capacity, max_demand, mix,
-                attribute_separation, num_clusters, cluster_std)
-        else:
-            self.source = FileInstances(expand_instance_paths(instances), num_customers, mix,
-                                        attribute_separation, capacity)
+        self.embedding_model = self.flexibility
+        self.embedding_dim = 0 if self.flexibility is None else _embedding_dim(self.flexibility, len(self.type_mix))
+        self.source = self._instance_source()
+
+    def _check_problem(self) -> None:
+        """The day's keys: capacity, offers, types, layout and the generator's sizes."""
+        require(self.capacity is None or self.capacity > 0, "capacity", self.capacity,
+                "must be > 0 or null (files' own)")
+        require(self.max_shift >= 0, "max_shift", self.max_shift, "must be >= 0")
+        mix = self.type_mix
+        require(len(mix) >= 1 and all(p >= 0 for p in mix) and abs(sum(mix) - 1.0) < 1e-6,
+                "type_mix", mix, "non-negative probabilities summing to 1")
+        require(self.attribute_separation >= 0, "attribute_separation", self.attribute_separation, "must be >= 0")
+        require(self.layout in ("R", "C", "RC"), "layout", self.layout, "one of R, C, RC")
+        require(self.dtype in ("float32", "float64"), "dtype", self.dtype, "one of float32, float64")
+        require(self.max_demand >= 1, "max_demand", self.max_demand, "must be >= 1")
+        require(self.num_clusters >= 1, "num_clusters", self.num_clusters, "must be >= 1")
+        require(self.window_width > 0, "window_width", self.window_width, "must be > 0")
+        require(self.service_time >= 0, "service_time", self.service_time, "must be >= 0")
+
+    def _check_oracle(self) -> None:
+        """The cost oracle's keys; the neural oracle's checkpoint must exist."""
+        require(self.oracle in ("insertion", "neural"), "oracle", self.oracle, "one of: insertion, neural")
+        require(self.oracle_augment >= 1, "oracle_augment", self.oracle_augment, "must be >= 1")
+        if self.oracle == "neural":
+            require(len(self.sizes) == 1, "num_customers", [n for n, _ in self.sizes],
+                    "one size with oracle: neural (its routing policy is trained for one N)")
+            require(self.oracle_checkpoint is not None, "oracle_checkpoint", self.oracle_checkpoint,
+                    "a routing-policy checkpoint is required with oracle: neural "
+                    "(train one with configs/vrptw_oracle.yaml)")
+        if self.oracle_checkpoint is not None and not os.path.isfile(self.oracle_checkpoint):
+            raise FileNotFoundError(f"env.oracle_checkpoint={self.oracle_checkpoint!r}: no such file (train one "
+                                    f"with `python -m pipelines.fit --config configs/vrptw_oracle.yaml`)")
+
+    def _check_flexibility(self) -> None:
+        """The refusal mask needs a flexibility model and a probability in [0, 1)."""
+        threshold = self.refusal_mask_threshold
+        require(threshold is None or 0.0 <= threshold < 1.0, "refusal_mask_threshold", threshold,
+                "must be in [0, 1) or null")
+        require(threshold is None or self.flexibility is not None, "refusal_mask_threshold", threshold,
+                "needs a flexibility model (env.flexibility)")
+
+    def _instance_source(self) -> InstanceGenerator | FileInstances:
+        """The generator of the layout's instances, or the benchmark files of ``instances`` (read here)."""
+        mix = torch.tensor(self.type_mix, dtype=torch.float64)
+        if self.instances is None:
+            require(self.capacity is not None, "capacity", self.capacity, "required for generated instances")
+            return InstanceGenerator(self.num_customers, self.layout, self.horizon, self.window_width,
+                                     self.service_time, self.capacity, self.max_demand, mix,
+                                     self.attribute_separation, self.num_clusters, self.cluster_std)
+        return FileInstances(expand_instance_paths(self.instances), self.num_customers, mix,
+                             self.attribute_separation, self.capacity)
 
     @property
     def num_types(self) -> int:
@@ -217,7 +222,8 @@ class DVRPConfig(EnvConfig):
 
         return {"episode_return": column(p.episode_return for p in plans),
                 "plan_cost_km": column(p.cost_km for p in plans), "served": column(p.served for p in plans),
-                "failure_rate": column((len(d["requests"]) - p.served) / len(d["requests"]) for d, p in zip(days, plans)),
+                "failure_rate": column((len(d["requests"]) - p.served) / len(d["requests"])
+                                       for d, p in zip(days, plans, strict=True)),
                 "refused": column(0.0 for _ in plans)}
 
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> DVRPEnv:
@@ -252,7 +258,7 @@ def _sizes(num_customers: int | list[int], num_vehicles: int | list[int]) -> lis
         require(isinstance(n, int) and n >= 1, "num_customers", num_customers, "whole numbers >= 1")
     for m in vehicles:
         require(isinstance(m, int) and m >= 1, "num_vehicles", num_vehicles, "whole numbers >= 1")
-    return list(zip(customers, vehicles))
+    return list(zip(customers, vehicles, strict=True))
 
 
 def _scripted(name: str, env, seed: int) -> ScriptedOfferPolicy:
@@ -271,8 +277,8 @@ def _embedding_dim(model: CustomerModel, num_types: int) -> int:
         out = model(torch.zeros(1, num_types))
     shapes = [list(t.shape) for t in out] if isinstance(out, tuple) else [list(getattr(out, "shape", []))]
     require(len(shapes) == 2 and shapes[0] == [1, num_types] and len(shapes[1]) == 2 and shapes[1][0] == 1,
-            "flexibility", type(model).__name__, f"a model mapping attributes [n, {num_types}] to (log p [n, {num_types}] "
-                                                 f"for the {num_types} types of env.type_mix, embedding [n, D]); got "
-                                                 f"outputs of shapes {shapes}")
+            "flexibility", type(model).__name__,
+            f"a model mapping attributes [n, {num_types}] to (log p [n, {num_types}] for the {num_types} types of "
+            f"env.type_mix, embedding [n, D]); got outputs of shapes {shapes}")
     embedding = out[1]
     return int(embedding.shape[1])

@@ -9,7 +9,7 @@ plan (by the cost oracle) with its agreed window, a refused or rejected one is l
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -19,15 +19,13 @@ from torchrl.data import Binary, Categorical, Composite, Unbounded
 
 from envs import rng
 from envs.checks import rows_of
-from envs.dvrp.customers import acceptance_log_prob
-from envs.dvrp.generator import _SIZE, type_posterior
-from envs.dvrp.neural_oracle import NeuralOracle
+from envs.dvrp.customers import CustomerModel, acceptance_log_prob
+from envs.dvrp.generator import _SIZE, InstanceGenerator, type_posterior
+from envs.dvrp.neural_oracle import NeuralOracle, RoutingSolver
 from envs.dvrp.oracle import CostOracle, InsertionOracle
+from envs.dvrp.reader import FileInstances
 from envs.dvrp.render import plot_routes
 from envs.seeding import RowSeededEnv
-
-if TYPE_CHECKING:
-    from envs.dvrp.config import DVRPConfig
 
 UNSEEN, SERVED, LOST = 0, 1, 2
 COORD_SCALE = 100.0  # km; coordinates are divided by it in observations
@@ -37,6 +35,32 @@ VEHICLE_FEATURES = 4
 REPORT_KEYS = ("plan_cost_km", "served", "failure_rate", "refused")
 _PACKED = ("demand", "service", "ready", "due", "slot")  # packed customer columns 2..6 (after x, y)
 _DEMAND, _SERVICE, _READY, _DUE, _SLOT, _ATTR = 2, 3, 4, 5, 6, 7
+
+
+class DVRPParameters(Protocol):
+    """What :class:`DVRPEnv` reads of its config: attributes of :class:`envs.dvrp.config.DVRPConfig`, which builds
+    the env (so this module does not import that one)."""
+
+    num_customers: int  # N, the largest size of a day
+    num_vehicles: int  # M, the largest fleet
+    sizes: list[tuple[int, int]]  # the (N, M) sizes days are drawn from
+    max_shift: int  # S
+    type_mix: list[float]  # probabilities of the K flexibility types
+    attribute_separation: float
+    served_reward: float
+    dtype: str  # float32 or float64
+    oracle: str  # insertion or neural
+    oracle_augment: int
+    routing_policy: RoutingSolver | None
+    source: InstanceGenerator | FileInstances  # draws the instances
+    flexibility: CustomerModel | None
+    embedding_model: CustomerModel | None  # the learned customer model, shared by the config's envs
+    embedding_dim: int
+    refusal_mask_threshold: float | None
+
+    @property
+    def num_types(self) -> int:
+        """K."""
 
 
 class DVRPEnv(RowSeededEnv):
@@ -97,7 +121,7 @@ class DVRPEnv(RowSeededEnv):
         draws, see :mod:`envs.rng`), so results do not depend on the batch size.
 
     Args:
-        config: the problem's parameters.
+        config: the problem's parameters (a :class:`~envs.dvrp.config.DVRPConfig`).
         num_envs: B.
         seed: seed of row 0.
         device: torch device of all tensors.
@@ -105,7 +129,7 @@ class DVRPEnv(RowSeededEnv):
 
     batch_locked = True
 
-    def __init__(self, config: DVRPConfig, num_envs: int = 1, seed: int = 0,
+    def __init__(self, config: DVRPParameters, num_envs: int = 1, seed: int = 0,
                  device: torch.device | str = "cpu") -> None:
         super().__init__(num_envs, device)  # checks num_envs >= 1
         self.config = config
@@ -435,7 +459,7 @@ class DVRPEnv(RowSeededEnv):
                 "num_vehicles": int(fleet[r]),
                 "requests": [{"id": i + 1, "x": xy[i][0], "y": xy[i][1], "demand": demand, "service_time": service,
                               "window": [ready, due], "slot": slot, "kind": int(kind[i])}
-                             for i, (demand, service, ready, due, slot) in enumerate(zip(*columns))],
+                             for i, (demand, service, ready, due, slot) in enumerate(zip(*columns, strict=True))],
             })
         return out
 

@@ -68,15 +68,67 @@ def acceptable_windows(request: dict, horizon: float, max_shift: int) -> list[tu
         horizon: the depot's closing time H.
         max_shift: S of the env.
     """
-    e, l = request["window"]
+    early, late = request["window"]
     reach = min(int(request["kind"]), max_shift)
     out = []
     for s in sorted(range(-reach, reach + 1), key=abs):
-        start = min(max(e + s * request["slot"], 0.0), horizon)
-        end = min(max(l + s * request["slot"], 0.0), horizon)
+        start = min(max(early + s * request["slot"], 0.0), horizon)
+        end = min(max(late + s * request["slot"], 0.0), horizon)
         if end > start:
             out.append((s, start, end))
     return out
+
+
+Option = tuple[dict, int, float, float]  # a request, the shift s of a window it accepts, and that window [a, b]
+
+
+def _problem_data(day: dict, options: list[Option], horizon: float, served_reward: float,
+                  scale: int) -> pyvrp.ProblemData:
+    """PyVRP's prize-collecting problem of a day: one optional client per (request, acceptable window) option,
+    the options of one request in a group of which at most one is served, coordinates and times times ``scale``
+    as integers."""
+    requests = day["requests"]
+    points = np.array([[day["depot"]["x"], day["depot"]["y"]]] + [[r["x"], r["y"]] for r in requests])
+    exact = np.linalg.norm(points[:, None] - points[None], axis=-1) * scale
+    distance = np.rint(exact).astype(np.int64)
+    duration = np.ceil(exact - 1e-9).astype(np.int64)
+    location_of = {r["id"]: i + 1 for i, r in enumerate(requests)}
+    due = math.floor(horizon * scale)
+    counts: dict[int, int] = {}
+    for r, *_ in options:
+        counts[r["id"]] = counts.get(r["id"], 0) + 1
+    group_of = {rid: g for g, rid in enumerate(rid for rid, n in counts.items() if n > 1)}
+    clients = [pyvrp.Client(location=location_of[r["id"]], delivery=[round(r["demand"])],
+                            service_duration=math.ceil(r["service_time"] * scale - 1e-9),
+                            tw_early=math.ceil(a * scale - 1e-9), tw_late=math.floor(b * scale + 1e-9),
+                            prize=round(served_reward * scale), required=False, group=group_of.get(r["id"]))
+               for r, s, a, b in options]
+    groups = [[] for _ in group_of]
+    for i, (r, *_) in enumerate(options):
+        if r["id"] in group_of:
+            groups[group_of[r["id"]]].append(i)
+    return pyvrp.ProblemData(
+        locations=[pyvrp.Location(x=float(x), y=float(y)) for x, y in points],
+        clients=clients, depots=[pyvrp.Depot(location=0, tw_early=0, tw_late=due)],
+        vehicle_types=[pyvrp.VehicleType(num_available=int(day["num_vehicles"]), capacity=[round(day["capacity"])],
+                                         tw_early=0, tw_late=due)],
+        distance_matrices=[distance], duration_matrices=[duration],
+        groups=[pyvrp.ClientGroup(members, required=False) for members in groups])
+
+
+def _read_routes(best: pyvrp.Solution, options: list[Option]) -> tuple[list[list[int]], dict, dict]:
+    """The routes of PyVRP's solution as request ids, with each served request's window and shift."""
+    routes, windows, shifts = [], {}, {}
+    for route in best.routes():
+        ids = []
+        for visit in route:
+            if not visit.is_client():
+                continue
+            r, s, a, b = options[visit.idx]
+            ids.append(r["id"])
+            windows[r["id"]], shifts[r["id"]] = (a, b), s
+        routes.append(ids)
+    return routes, windows, shifts
 
 
 def solve_hindsight(day: dict, max_shift: int, served_reward: float, seconds: float = 2.0, scale: int = 100,
@@ -107,46 +159,12 @@ def solve_hindsight(day: dict, max_shift: int, served_reward: float, seconds: fl
     options = [(r, s, a, b) for r in requests for s, a, b in acceptable_windows(r, horizon, max_shift)]
     if not options:
         return HindsightPlan(0.0, 0.0, 0, [], seconds=time.perf_counter() - start_time)
-    points = np.array([[day["depot"]["x"], day["depot"]["y"]]] + [[r["x"], r["y"]] for r in requests])
-    exact = np.linalg.norm(points[:, None] - points[None], axis=-1) * scale
-    distance = np.rint(exact).astype(np.int64)
-    duration = np.ceil(exact - 1e-9).astype(np.int64)
-    location_of = {r["id"]: i + 1 for i, r in enumerate(requests)}
-    due = math.floor(horizon * scale)
-    counts: dict[int, int] = {}
-    for r, *_ in options:
-        counts[r["id"]] = counts.get(r["id"], 0) + 1
-    group_of = {rid: g for g, rid in enumerate(rid for rid, n in counts.items() if n > 1)}
-    clients = [pyvrp.Client(location=location_of[r["id"]], delivery=[round(r["demand"])],
-                            service_duration=math.ceil(r["service_time"] * scale - 1e-9),
-                            tw_early=math.ceil(a * scale - 1e-9), tw_late=math.floor(b * scale + 1e-9),
-                            prize=round(served_reward * scale), required=False, group=group_of.get(r["id"]))
-               for r, s, a, b in options]
-    groups = [[] for _ in group_of]
-    for i, (r, *_) in enumerate(options):
-        if r["id"] in group_of:
-            groups[group_of[r["id"]]].append(i)
-    data = pyvrp.ProblemData(
-        locations=[pyvrp.Location(x=float(x), y=float(y)) for x, y in points],
-        clients=clients, depots=[pyvrp.Depot(location=0, tw_early=0, tw_late=due)],
-        vehicle_types=[pyvrp.VehicleType(num_available=int(day["num_vehicles"]), capacity=[round(day["capacity"])],
-                                         tw_early=0, tw_late=due)],
-        distance_matrices=[distance], duration_matrices=[duration],
-        groups=[pyvrp.ClientGroup(members, required=False) for members in groups])
+    data = _problem_data(day, options, horizon, served_reward, scale)
     result = pyvrp.solve(data, stop=MaxRuntime(seconds), seed=seed, collect_stats=False, display=False)
     best = result.best
     if not best.is_feasible():  # (the empty plan is feasible, so the search keeps a feasible best)
         raise RuntimeError("PyVRP returned an infeasible hindsight plan")
-    routes, windows, shifts = [], {}, {}
-    for route in best.routes():
-        ids = []
-        for visit in route:
-            if not visit.is_client():
-                continue
-            r, s, a, b = options[visit.idx]
-            ids.append(r["id"])
-            windows[r["id"]], shifts[r["id"]] = (a, b), s
-        routes.append(ids)
+    routes, windows, shifts = _read_routes(best, options)
     cost = route_cost(day, routes, nodes="requests")
     served = sum(len(route) for route in routes)
     return HindsightPlan(served_reward * served - cost, cost, served, routes, windows, shifts,

@@ -75,7 +75,8 @@ class NeuralOracle(CostOracle):
     Args:
         num_envs: B. num_vehicles: M. num_customers: N (customer slots = arrival indices).
         policy: the routing solver (its ``solve`` builds greedy plans for a problem batch).
-        device / dtype: of the oracle's tensors and of the instances passed to the policy.
+        device: of the oracle's tensors and of the instances passed to the policy.
+        dtype: of the same tensors.
         margin: safety margin (time units) of every window comparison; default 1e-3 for float32,
             1e-6 for float64 (as :class:`~envs.dvrp.oracle.InsertionOracle`).
         num_augment: greedy plans per instance under symmetries of the coordinate input, best feasible

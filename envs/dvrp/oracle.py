@@ -118,7 +118,8 @@ def price(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, x: Tenso
     Args:
         plan: ``[9, S, M, B]`` the positions in use of the plan. length / load / capacity: ``[M, B]`` (a
             vehicle out of the day's fleet has capacity -1).
-        x, y, service, demand: ``[B]`` the request. ends: ``[2, W, B]`` window starts and ends.
+        x: ``[B]`` the request's coordinate (km). y: ``[B]``. service: ``[B]``. demand: ``[B]``.
+        ends: ``[2, W, B]`` window starts and ends.
         margin: safety margin (time units).
 
     Returns:
@@ -153,7 +154,10 @@ def insert(plan: Tensor, length: Tensor, load: Tensor, delta: Tensor, arrive: Te
 
     Args:
         plan: ``[9, S + 1, M, B]`` (one position more than quoted). length / load: ``[M, B]``.
-        delta / arrive / bound: ``[S - 1, M, B]`` from :func:`price`. window: ``[2, B]`` the agreed window.
+        delta: ``[S - 1, M, B]`` from :func:`price`, as are ``arrive`` and ``bound``.
+        arrive: ``[S - 1, M, B]``.
+        bound: ``[S - 1, M, B]``.
+        window: ``[2, B]`` the agreed window.
         accept: bool ``[B]``. column: ``[6, B]`` the request's node channels. demand: ``[B]``.
 
     Returns:
@@ -195,7 +199,8 @@ class InsertionOracle(CostOracle):
 
     Args:
         batch_size: B. num_vehicles: M. num_customers: N (route length bound).
-        device / dtype: of the plan tensors (float64 is exact enough for any horizon; float32 is faster).
+        device: of the plan tensors.
+        dtype: of the plan tensors (float64 is exact enough for any horizon; float32 is faster).
         margin: safety margin (time units) on every window comparison, larger than the rounding error
             of the dtype, so that every plan the oracle builds is feasible in exact arithmetic; default
             1e-3 for float32, 1e-6 for float64.

@@ -42,6 +42,26 @@ def read_instance_file(path: str) -> dict[str, np.ndarray | float | str]:
     ext = os.path.splitext(path)[1].lower()
     if ext not in (".txt", ".vrp"):
         raise ValueError(f"instance file {path!r}: unknown extension {ext!r} (allowed: .txt Solomon, .vrp VRPLIB)")
+    raw = _read_sections(path, ext)
+    xy = np.asarray(raw["node_coord"], dtype=np.float64)
+    n = xy.shape[0]
+    service = np.broadcast_to(np.asarray(raw.get("service_time", 0.0), dtype=np.float64), (n,)).copy()
+    service[0] = 0.0
+    tw = np.asarray(raw["time_window"], dtype=np.float64)
+    demand = np.asarray(raw["demand"], dtype=np.float64)
+    if xy.ndim != 2 or xy.shape[1] != 2 or tw.shape != (n, 2) or demand.shape != (n,) or n < 2:
+        raise ValueError(f"instance file {path!r} is malformed: inconsistent section sizes "
+                         f"(coords {xy.shape}, windows {tw.shape}, demands {demand.shape})")
+    ready, due = tw[:, 0], tw[:, 1]
+    capacity = float(raw["capacity"])
+    _check_values(path, ext, demand, service, ready, due, capacity)
+    return dict(name=str(raw.get("name", os.path.basename(path))), xy=xy, demand=demand, ready=ready,
+                due=due, service=service, capacity=capacity)
+
+
+def _read_sections(path: str, ext: str) -> dict:
+    """vrplib's sections of the file, checked to have coordinates, demands, time windows, a capacity and the depot
+    as the first node."""
     _reject_non_finite(path)  # vrplib would read "nan" into an integer section as some integer
     try:
         raw = vrplib.read_instance(path, instance_format="solomon" if ext == ".txt" else "vrplib",
@@ -54,17 +74,13 @@ def read_instance_file(path: str) -> dict[str, np.ndarray | float | str]:
     depot = np.atleast_1d(raw.get("depot", [0]))
     if len(depot) != 1 or int(depot[0]) != 0:
         raise ValueError(f"instance file {path!r}: the depot must be the first node (got depots {depot.tolist()})")
-    xy = np.asarray(raw["node_coord"], dtype=np.float64)
-    n = xy.shape[0]
-    service = np.broadcast_to(np.asarray(raw.get("service_time", 0.0), dtype=np.float64), (n,)).copy()
-    service[0] = 0.0
-    tw = np.asarray(raw["time_window"], dtype=np.float64)
-    demand = np.asarray(raw["demand"], dtype=np.float64)
-    if xy.ndim != 2 or xy.shape[1] != 2 or tw.shape != (n, 2) or demand.shape != (n,) or n < 2:
-        raise ValueError(f"instance file {path!r} is malformed: inconsistent section sizes "
-                         f"(coords {xy.shape}, windows {tw.shape}, demands {demand.shape})")
-    ready, due = tw[:, 0], tw[:, 1]
-    capacity = float(raw["capacity"])
+    return raw
+
+
+def _check_values(path: str, ext: str, demand: np.ndarray, service: np.ndarray, ready: np.ndarray,
+                  due: np.ndarray, capacity: float) -> None:
+    """Raise ``ValueError`` naming the file and line of the first value out of range (node 0 is the depot)."""
+    n = demand.shape[0]
     checks = [("demand", "demand", demand < 0, "is negative"),
               ("service time", "service", service < 0, "is negative"),
               ("time window", "time_window", due < ready, "closes before it opens"),
@@ -83,8 +99,6 @@ def read_instance_file(path: str) -> dict[str, np.ndarray | float | str]:
             node = int(np.flatnonzero(bad)[0])
             raise ValueError(f"instance file {path!r}, line {_line(path, ext, field, node)}: the {name} of node "
                              f"{node} ({'the depot' if node == 0 else 'a customer'}) {what}")
-    return dict(name=str(raw.get("name", os.path.basename(path))), xy=xy, demand=demand, ready=ready,
-                due=due, service=service, capacity=capacity)
 
 
 def _reject_non_finite(path: str) -> None:
@@ -149,7 +163,7 @@ class FileInstances:
     def __init__(self, paths: list[str], num_customers: int, type_mix: Tensor, separation: float,
                  capacity: float | None = None) -> None:
         files = [read_instance_file(p) for p in paths]
-        for p, f in zip(paths, files):
+        for p, f in zip(paths, files, strict=True):
             if f["xy"].shape[0] - 1 < num_customers:
                 raise ValueError(f"instance file {p!r} has {f['xy'].shape[0] - 1} customers, fewer than "
                                  f"env.num_customers={num_customers}")

@@ -25,7 +25,7 @@ def route_cost(record: dict, routes: list[list[int]], nodes: str = "customers") 
     total = 0.0
     for route in routes:
         path = [depot] + [where[i] for i in route] + [depot]
-        total += sum(math.dist(a, b) for a, b in zip(path, path[1:]))
+        total += sum(math.dist(a, b) for a, b in zip(path, path[1:], strict=False))
     return total
 
 

@@ -15,8 +15,17 @@ import torch.nn.functional as F
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 from torchrl.data import Bounded, Composite, TensorSpec, Unbounded
-from torchrl.envs import (CatFrames, Compose, EnvBase, GrayScale, GymWrapper, ObservationTransform, RewardClipping,
-                          ToTensorImage, TransformedEnv)
+from torchrl.envs import (
+    CatFrames,
+    Compose,
+    EnvBase,
+    GrayScale,
+    GymWrapper,
+    ObservationTransform,
+    RewardClipping,
+    ToTensorImage,
+    TransformedEnv,
+)
 
 from envs.config import EnvConfig, require
 from envs.games import emulators
@@ -213,7 +222,8 @@ class GameConfig(EnvConfig):
     def ale_vector_fn(self, num_envs: int):
         """A zero-argument callable that builds ALE's vector env of ``num_envs`` games (``backend: ale_vector``)."""
         return partial(emulators.ale_vector_env, self.game, num_envs, self.frame_skip, self.noop_max,
-                       self.sticky_actions, self.screen_size, self.frame_stack, self.max_episode_steps, self.ale_threads)
+                       self.sticky_actions, self.screen_size, self.frame_stack, self.max_episode_steps,
+                       self.ale_threads)
 
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
         if self.backend == "ale_vector":

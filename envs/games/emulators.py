@@ -18,8 +18,8 @@ from __future__ import annotations
 import difflib
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 
 import gymnasium as gym
 import numpy as np
@@ -107,7 +107,8 @@ def check_game(game: str) -> None:
             "(e.g. Airstriker-Genesis-v0)")
         raise ValueError(f"env.game={game!r} is not a known game: {hint}")
     if not is_ale(game) and not retro_rom_present(game):
-        raise ValueError(f"env.game={game!r}: its ROM is not installed (stable-retro ships only Airstriker-Genesis-v0's). "
+        raise ValueError(f"env.game={game!r}: its ROM is not installed "
+                         f"(stable-retro ships only Airstriker-Genesis-v0's). "
                          f"Import your copy with `{IMPORT_COMMAND}` (it matches the files in DIR by checksum)")
 
 
@@ -324,8 +325,10 @@ def ale_vector_env(game: str, num_envs: int, frame_skip: int = 4, noop_max: int 
     interpolation. Observations ``[num_envs, frame_stack, screen_size, screen_size]`` uint8.
 
     Args:
-        game: ``ALE/<Name>-v5``. num_threads: emulator threads (0: one per core).
-        (the rest as :func:`make_game`)
+        game: ``ALE/<Name>-v5``.
+        num_threads: emulator threads (0: one per core).
+
+    The other arguments are as :func:`make_game`'s.
     """
     import ale_py
     from ale_py.vector_env import AtariVectorEnv

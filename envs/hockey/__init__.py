@@ -6,7 +6,8 @@ scales, speed limits, damping, ``MAX_TIME_KEEP_PUCK`` holding rule, modes, rewar
 mirrored opponent observation (``obs_agent_two``), discrete action map and scripted ``BasicOpponent`` controller.
 The package: :mod:`~envs.hockey.constants` (the original's constants, the discrete action table),
 :mod:`~envs.hockey.opponents` (the batched scripted controller :func:`basic_opponent_action`, :class:`BasicOpponent`),
-:mod:`~envs.hockey.rackets` (how the rackets move), :mod:`~envs.hockey.contact` (the racket polygon, the swept
+:mod:`~envs.hockey.rackets` (how the rackets move), :mod:`~envs.hockey.puck` (the puck's stages of a step: held,
+in flight, against a racket, off the walls), :mod:`~envs.hockey.contact` (the racket polygon, the swept
 puck-racket test and Box2D's impulse), :mod:`~envs.hockey.config` (:class:`HockeyConfig`, the ``env:`` section of a
 run's YAML), :mod:`~envs.hockey.env` (:class:`HockeyEnv`, ``batch_size=[B]``) and :mod:`~envs.hockey.render`
 (frame strips of a game).

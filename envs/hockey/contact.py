@@ -18,8 +18,8 @@ from envs.hockey.constants import (
     FRICTION_RACKET,
     PLAYER_INERTIA,
     PLAYER_MASS,
-    PUCK_MASS,
     POLYGON_SKIN,
+    PUCK_MASS,
     PUCK_RADIUS,
     RACKET_VERTICES,
     RESTITUTION,
@@ -59,6 +59,32 @@ def _pick(feature: Tensor, index: Tensor) -> Tensor:
     return feature.expand(7, *index.shape).gather(0, index.unsqueeze(0)).squeeze(0)
 
 
+def _start_inside(ax: Tensor, ay: Tensor, out0: Tensor, features: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor]:
+    """Whether a start ``a`` (shape ``S``) lies inside the rounded racket, and Box2D's polygon-circle normal there
+    (the edge of largest separation, or the nearest corner of that edge beyond its ends).
+
+    ``out0``: ``[7, *S]`` signed distance of the start from each edge's line; ``features``: the racket's
+    :func:`racket_features` viewed as ``[7, 1, ...]``.
+    """
+    vx, vy, nx, ny, tx, ty, length = features
+    separation, face = out0.max(0)
+    fvx, fvy, ftx, fty, flen = (_pick(c, face) for c in (vx, vy, tx, ty, length))
+    u = (ax - fvx) * ftx + (ay - fvy) * fty
+    end_x, end_y = fvx + ftx * flen, fvy + fty * flen
+    beyond_start, beyond_end = u < 0, u > flen
+    px = torch.where(beyond_start, fvx, torch.where(beyond_end, end_x, ax))
+    py = torch.where(beyond_start, fvy, torch.where(beyond_end, end_y, ay))
+    off_x, off_y = ax - px, ay - py
+    off = (off_x * off_x + off_y * off_y).sqrt()
+    in_corner = (beyond_start | beyond_end) & (separation > 0)
+    face_nx, face_ny = _pick(nx, face), _pick(ny, face)
+    safe = off.clamp_min(1e-9)
+    inside = torch.where(in_corner, off < ROUNDING, separation < ROUNDING)
+    start_nx = torch.where(in_corner, off_x / safe, face_nx)
+    start_ny = torch.where(in_corner, off_y / safe, face_ny)
+    return inside, start_nx, start_ny
+
+
 def sweep(ax: Tensor, ay: Tensor, dx: Tensor, dy: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """When the puck's centre, moving from ``a`` by ``d`` (racket frame, metres; the motion relative to the racket
     over one step), first comes within ``ROUNDING`` of the racket, and the outward normal there.
@@ -70,7 +96,10 @@ def sweep(ax: Tensor, ay: Tensor, dx: Tensor, dy: Tensor) -> tuple[Tensor, Tenso
     corner of that edge when the centre lies beyond the edge's ends.
 
     Args:
-        ax, ay, dx, dy: start and displacement, one shape ``S`` (e.g. ``[2, B]``).
+        ax: start x (m), shape ``S`` (e.g. ``[2, B]``), as ``ay``, ``dx`` and ``dy``.
+        ay: start y (m).
+        dx: displacement x (m).
+        dy: displacement y (m).
 
     Returns:
         ``touch`` (bool ``S``), ``time`` (in ``[0, 1]``, fraction of the step; 1 where no touch) and the unit
@@ -105,22 +134,7 @@ def sweep(ax: Tensor, ay: Tensor, dx: Tensor, dy: Tensor) -> tuple[Tensor, Tenso
     is_edge = which < 7
     hit_nx = torch.where(is_edge, _pick(nx, edge), (at_x - _pick(vx, corner)) / ROUNDING)
     hit_ny = torch.where(is_edge, _pick(ny, edge), (at_y - _pick(vy, corner)) / ROUNDING)
-    # ---- a start inside the rounded racket: Box2D's polygon-circle normal (largest separation, or a corner)
-    separation, face = out0.max(0)
-    fvx, fvy, ftx, fty, flen = (_pick(c, face) for c in (vx, vy, tx, ty, length))
-    u = (ax - fvx) * ftx + (ay - fvy) * fty
-    end_x, end_y = fvx + ftx * flen, fvy + fty * flen
-    beyond_start, beyond_end = u < 0, u > flen
-    px = torch.where(beyond_start, fvx, torch.where(beyond_end, end_x, ax))
-    py = torch.where(beyond_start, fvy, torch.where(beyond_end, end_y, ay))
-    off_x, off_y = ax - px, ay - py
-    off = (off_x * off_x + off_y * off_y).sqrt()
-    in_corner = (beyond_start | beyond_end) & (separation > 0)
-    face_nx, face_ny = _pick(nx, face), _pick(ny, face)
-    safe = off.clamp_min(1e-9)
-    inside = torch.where(in_corner, off < ROUNDING, separation < ROUNDING)
-    start_nx = torch.where(in_corner, off_x / safe, face_nx)
-    start_ny = torch.where(in_corner, off_y / safe, face_ny)
+    inside, start_nx, start_ny = _start_inside(ax, ay, out0, (vx, vy, nx, ny, tx, ty, length))
     touch = hit | inside
     time = torch.where(inside, torch.zeros_like(time), torch.where(hit, time, torch.ones_like(time)))
     return touch, time, torch.where(inside, start_nx, hit_nx), torch.where(inside, start_ny, hit_ny)
@@ -133,7 +147,10 @@ def sweep_near(ax: Tensor, ay: Tensor, dx: Tensor, dy: Tensor, also: Tensor | No
     most elements (a puck is near a racket in a small share of the steps).
 
     Args:
-        ax, ay, dx, dy: as :func:`sweep`, one shape ``S``.
+        ax: as :func:`sweep`, one shape ``S`` for the four.
+        ay: as :func:`sweep`.
+        dx: as :func:`sweep`.
+        dy: as :func:`sweep`.
         also: bool ``S``, elements to test whatever their distance, or None.
         select: sweep only the near elements, picked out with ``nonzero`` (a host read: a GPU stream waits for
             it), or sweep all and keep the near ones' answers; default: select on a CPU only.
@@ -149,10 +166,11 @@ def sweep_near(ax: Tensor, ay: Tensor, dx: Tensor, dy: Tensor, also: Tensor | No
         return (touch & near, torch.where(near, time, 1.0), torch.where(near, nx, 0.0), torch.where(near, ny, 0.0))
     flat = near.reshape(-1).nonzero().squeeze(-1)
     touch = torch.zeros(ax.numel(), dtype=torch.bool, device=ax.device)
-    time, nx, ny = torch.ones(ax.numel(), device=ax.device), torch.zeros(ax.numel(), device=ax.device), torch.zeros(ax.numel(), device=ax.device)
+    time = torch.ones(ax.numel(), device=ax.device)
+    nx, ny = torch.zeros(ax.numel(), device=ax.device), torch.zeros(ax.numel(), device=ax.device)
     if flat.numel():
         parts = sweep(*(v.reshape(-1).index_select(0, flat) for v in (ax, ay, dx, dy)))
-        for whole, part in zip((touch, time, nx, ny), parts):
+        for whole, part in zip((touch, time, nx, ny), parts, strict=True):
             whole.index_copy_(0, flat, part)
     return tuple(v.view(ax.shape) for v in (touch, time, nx, ny))
 
@@ -167,12 +185,16 @@ def impulse(ux: Tensor, uy: Tensor, spin: Tensor, nx: Tensor, ny: Tensor, rx: Te
     (``PLAYER_MASS``, ``PLAYER_INERTIA`` about its centroid): a 48 m/s shot that is caught pushes the racket back
     by 1.5 m/s.
 
+    All arguments have one shape ``S`` (``spin`` may broadcast).
+
     Args:
-        ux, uy: the puck's velocity relative to the touched point of the racket (m/s).
+        ux: the puck's velocity relative to the touched point of the racket, x (m/s).
+        uy: the same, y (m/s).
         spin: the puck's angular velocity (rad/s).
-        nx, ny: unit normal at the touched point, racket -> puck.
-        rx, ry: the touched point relative to the racket's centroid (m).
-        All one shape ``S`` (``spin`` may broadcast).
+        nx: unit normal at the touched point, racket -> puck, x.
+        ny: the same, y.
+        rx: the touched point relative to the racket's centroid, x (m).
+        ry: the same, y (m).
 
     Returns:
         The puck's velocity change ``dvx, dvy``, the racket's ``racket_dvx, racket_dvy`` (m/s), its angular

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -18,75 +18,63 @@ from envs.hockey.constants import (
     ACTION_SIZE,
     CLOSENESS_PER_METRE_STEP,
     DISCRETE_ACTIONS,
-    DT,
     GOAL_HALF_WIDTH,
-    GOAL_X,
-    HOLD_OFFSET,
     MAX_PUCK_SPEED,
     MAX_TIME_KEEP_PUCK,
     MIRROR_INDEX,
     MIRROR_SIGN,
     MODES,
-    NO_LIMIT,
     NORMAL,
     NUM_DISCRETE_ACTIONS,
     OBSERVATION_SIZE,
     OPPONENT_GAINS,
     OPPONENTS,
     PHASE_STEP_MAX,
-    PLAYER_CENTROID_BEHIND,
     PLAYER_START,
     POLICY,
-    PUCK_DAMPING,
-    PUCK_DAMPING_FAST,
-    PUCK_RADIUS,
-    PUCK_X_LIMIT,
     PUCK_Y_LIMIT,
     REPORT_KEYS,
-    RACKET_VERTICES,
-    RESTITUTION,
-    RESTITUTION_THRESHOLD,
-    FRICTION_WALL,
     SHOT_SPEED,
     TRAIN_DEFENSE,
     Mode,
     OpponentPolicy,
-    damping_factor,
     discrete_to_continuous,
 )
-from envs.hockey.contact import impulse, sweep_near
 from envs.hockey.opponents import scripted_rows
+from envs.hockey.puck import (
+    catches,
+    collide,
+    contacts,
+    fly_puck,
+    hold_puck,
+    puck_damping,
+    touch_rackets,
+    walls_and_goals,
+)
 from envs.hockey.rackets import move_rackets
 from envs.hockey.render import draw_frame
 from envs.hockey.render import render_game as draw_game
 from envs.seeding import RowSeededEnv
 
-if TYPE_CHECKING:
-    from envs.hockey.config import HockeyConfig
-
 _U_PLAYER2_X, _U_PLAYER2_Y, _U_PUCK_X, _U_PUCK_Y, _U_SHOT_Y, _U_PHASE = range(6)
 _RESET_STREAM, _PHASE_STREAM = 0, 1
-_FRONT_FROM_CENTROID = RACKET_VERTICES[4][0] + PLAYER_CENTROID_BEHIND  # the front face ahead of the centroid
 
 
-def _bounce(position: Tensor, velocity: Tensor, across: Tensor, spin: Tensor, limit: Tensor | float,
-            turn: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Reflect a puck coordinate ``[B]`` that is past ``+-limit`` back inside: ``position -> sign * (limit - e *
-    overshoot)``, ``velocity -> -sign * e * |velocity|`` (``e`` = ``RESTITUTION``, 0 below
-    ``RESTITUTION_THRESHOLD``); Box2D's friction impulse (``FRICTION_WALL``, at most stopping the sliding of the
-    puck's rim on the wall) changes the velocity ``across`` (along the wall) and the puck's ``spin`` (rad/s).
-    ``turn``: +1 for the end walls (x), -1 for the long walls (y): the sign of the rim's speed ``spin *
-    PUCK_RADIUS`` along the wall at the wall of positive ``position``."""
-    over = position.abs() - limit
-    hit = (over > 0).float()
-    sign = position.sign() * hit
-    keep = 1.0 - hit
-    speed = velocity.abs()
-    e = RESTITUTION * (speed > RESTITUTION_THRESHOLD).float()
-    slide = across + spin * (PUCK_RADIUS * turn) * sign
-    rub = -torch.minimum(slide.abs() / 3.0, FRICTION_WALL * (1.0 + e) * speed) * slide.sign() * hit
-    return (position * keep + sign * (limit - e * over), velocity * keep - sign * (e * speed), across + rub,
-            spin + rub * (2.0 * turn / PUCK_RADIUS) * sign)
+class HockeyParameters(Protocol):
+    """What :class:`HockeyEnv` reads of its config: the fields of :class:`envs.hockey.config.HockeyConfig`, which
+    builds the env (so this module does not import that one)."""
+
+    mode: Mode
+    opponent: str
+    discrete_actions: bool
+    keep_mode: bool
+    contact: str
+    max_steps: int
+    max_steps_train: int
+    r_win: float
+    w_closeness: float
+    w_touch: float
+    w_direction: float
 
 
 class HockeyEnv(RowSeededEnv):
@@ -120,18 +108,19 @@ class HockeyEnv(RowSeededEnv):
            :meth:`set_opponent_policy`, on the rows that use it). Its forces act mirrored in the world.
         2. Rackets move (:func:`~envs.hockey.rackets.move_rackets`): force 6000 * action on 58 kg, the speed rule,
            the centre-zone spring, the boundary rule, torque 400 * action, the angle spring beyond pi/3.
-        3. Holding (``keep_mode``): a held puck's counter drops by 1; at 1, or when the holder's shoot > 0.5, the
-           puck is shot from the racket's origin (60 m/s in the facing direction on top of the racket's velocity,
-           counter 0); otherwise it sits on the racket's face (``HOLD_OFFSET`` ahead), pinned to the racket's
-           velocity at the step's start and pushed by its change. A free puck is damped (0.05, or 10 when faster
-           than 25 m/s at the step's start) and moves.
-        4. Racket contact (:mod:`~envs.hockey.contact`): a puck whose path reaches a racket stops on it; the next
-           step is the contact: if nobody holds the puck and it moved towards the racket's goal at the step's
-           start (``vx < 0.1`` for player 1, ``vx > -0.1`` for player 2) the racket catches it (counter 15,
-           ``MAX_TIME_KEEP_PUCK``: held for 14 steps at most), and if they approach, Box2D's impulse
-           (restitution, friction, spin) acts on both.
-        5. The puck bounces off the walls (restitution and friction); in the goal mouth (``|y| < 1.25``) past
-           ``|x| = 3.867`` it is a goal: +1 for player 1 at x > 0.
+        3. Holding (``keep_mode``, :func:`~envs.hockey.puck.hold_puck`): a held puck's counter drops by 1; at 1,
+           or when the holder's shoot > 0.5, the puck is shot from the racket's origin (60 m/s in the facing
+           direction on top of the racket's velocity, counter 0); otherwise it sits on the racket's face
+           (``HOLD_OFFSET`` ahead), pinned to the racket's velocity at the step's start and pushed by its change.
+           A free puck is damped (0.05, or 10 when faster than 25 m/s at the step's start) and moves
+           (:func:`~envs.hockey.puck.fly_puck`).
+        4. Racket contact (:mod:`~envs.hockey.contact`, :func:`~envs.hockey.puck.collide`): a puck whose path
+           reaches a racket stops on it; the next step is the contact: if nobody holds the puck and it moved
+           towards the racket's goal at the step's start (``vx < 0.1`` for player 1, ``vx > -0.1`` for player 2)
+           the racket catches it (counter 15, ``MAX_TIME_KEEP_PUCK``: held for 14 steps at most), and if they
+           approach, Box2D's impulse (restitution, friction, spin) acts on both.
+        5. The puck bounces off the walls (restitution and friction, :func:`~envs.hockey.puck.walls_and_goals`);
+           in the goal mouth (``|y| < 1.25``) past ``|x| = 3.867`` it is a goal: +1 for player 1 at x > 0.
 
     Reward:
         ``[B, 1]``: ``r_win * winner + w_closeness * closeness + w_touch * touch + w_direction * direction`` with
@@ -164,7 +153,7 @@ class HockeyEnv(RowSeededEnv):
     :data:`OPPONENTS`). A step replaces these tensors; a reset writes the reset rows in place.
 
     Args:
-        config: the parameters.
+        config: the parameters (a :class:`~envs.hockey.config.HockeyConfig`).
         num_envs: B.
         seed: seed of row 0.
         device: torch device of all tensors.
@@ -175,7 +164,7 @@ class HockeyEnv(RowSeededEnv):
 
     batch_locked = True
 
-    def __init__(self, config: HockeyConfig, num_envs: int = 1, seed: int = 0,
+    def __init__(self, config: HockeyParameters, num_envs: int = 1, seed: int = 0,
                  device: torch.device | str = "cpu") -> None:
         super().__init__(num_envs, device)  # checks num_envs >= 1
         self.config = config
@@ -421,7 +410,8 @@ class HockeyEnv(RowSeededEnv):
         start_y = u[:, _U_PUCK_Y] * 2.0 - 1.0
         shot_x = u[:, _U_PUCK_X] * (10.0 / 3.0)
         shot_y = ((u[:, _U_PUCK_Y] * 2.0 - 1.0) * (0.8 * 4.0)).clamp(-PUCK_Y_LIMIT, PUCK_Y_LIMIT)
-        puck = torch.where(defense.unsqueeze(-1), torch.stack([shot_x, shot_y], -1), torch.stack([start_x, start_y], -1))
+        puck = torch.where(defense.unsqueeze(-1), torch.stack([shot_x, shot_y], -1),
+                           torch.stack([start_x, start_y], -1))
         aim = torch.stack([torch.full_like(shot_x, -5.0), 0.6 * GOAL_HALF_WIDTH * (u[:, _U_SHOT_Y] * 2.0 - 1.0)], -1)
         direction = aim - puck
         direction = direction / direction.square().sum(-1, keepdim=True).sqrt()
@@ -469,135 +459,70 @@ class HockeyEnv(RowSeededEnv):
             out.set(key, torch.zeros_like(tensordict.get(key)))
         return out
 
-    def _step(self, tensordict: TensorDict) -> TensorDict:
-        # Written for few, cheap kernels on contiguous feature-major planes ([2, B] for the players, [B] for the
-        # puck): on CPU these cost a few microseconds each at B = 4096, while ``where``, size-2 reductions and
-        # broadcasts over an inner dim cost 10-100x more. Masks are 0/1 floats: ``a * m + b * (1 - m)`` selects
-        # exactly (all values are finite).
-        cfg = self.config
+    def _agent_and_opponent_actions(self, tensordict: TensorDict) -> Tensor:
+        """Both players' actions ``[4, 2, B]`` in their own frames, clipped to ``[-1, 1]``: the agent's from
+        ``tensordict`` (mapped by :data:`DISCRETE_ACTIONS` with ``discrete_actions``), player 2's by its opponent."""
         b = self.batch_size[0]
         action = tensordict.get("action")
-        if cfg.discrete_actions:
+        if self.config.discrete_actions:
             agent = self._discrete.index_select(0, action.reshape(-1))
         else:
             agent = action.reshape(b, ACTION_SIZE).clamp(-1.0, 1.0)
-        act = torch.stack([agent.t(), self._opponent_action()], 1)  # [4, 2, B], own frames
+        return torch.stack([agent.t(), self._opponent_action()], 1)
+
+    def _step(self, tensordict: TensorDict) -> TensorDict:
+        # Written for few, cheap kernels on contiguous feature-major planes ([2, B] for the players, [B] for the
+        # puck): on CPU these cost a few microseconds each at B = 4096, while ``where``, size-2 reductions and
+        # broadcasts over an inner dim cost 10-100x more. The stages are the pure functions of envs/hockey/puck.py.
+        cfg = self.config
+        act = self._agent_and_opponent_actions(tensordict)  # [4, 2, B], own frames
         x0, y0, angle0, vx0, vy0, omega0 = self.players
-        kx, ky, kvx, kvy = self.puck
-        spin = self.spin
-        fast = (kvx * kvx + kvy * kvy > MAX_PUCK_SPEED**2).float()
-        damp = damping_factor(PUCK_DAMPING) + fast * (damping_factor(PUCK_DAMPING_FAST) - damping_factor(PUCK_DAMPING))
-        # ---- rackets: the original's forces, limits and damping
-        x, y, angle, vx, vy, omega = move_rackets(self.players, act, self._side)
-        face_x, face_y = torch.cos(angle) * self._side, torch.sin(angle) * self._side  # world frame
-        # ---- holding: count down, shoot at 1 or on request, else the puck sits on the holder's rim
-        held = (self.hold > 1).float()
-        hold = self.hold - held
-        shoot = held * ((hold <= 1) | (act[3] > 0.5)).float()
-        hold = hold * (1.0 - shoot)
-        any_held, still = held[0] + held[1], (held[0] - shoot[0]) + (held[1] - shoot[1])  # [B] 0/1
-        # a held puck sits on the front face; a shot leaves from the racket's origin, as the original's
-        offset = HOLD_OFFSET * (held - shoot)
-        rim_x, rim_y = (x + face_x * offset) * held, (y + face_y * offset) * held
-        # the original pins a held puck on the racket with the racket's velocity at the step's start (plus a shot's
-        # 60 m/s); the racket's change of velocity over the step then hits it (at the centre of the front face)
-        kick = shoot * SHOT_SPEED
-        pinned_vx = (vx0 + face_x * kick) * damping_factor(PUCK_DAMPING)
-        pinned_vy = (vy0 + face_y * kick) * damping_factor(PUCK_DAMPING)
-        front_x, front_y = face_x * _FRONT_FROM_CENTROID, face_y * _FRONT_FROM_CENTROID
-        push = impulse(pinned_vx - (vx - omega * front_y), pinned_vy - (vy + omega * front_x), spin, face_x, face_y,
-                       front_x, front_y)
-        spin = spin + (push[5] * held).sum(0)
-        hold_vx, hold_vy = (pinned_vx + push[0]) * held, (pinned_vy + push[1]) * held
-        # (Box2D moves a body with its velocity after the impulses, so a push also moves the racket this step)
-        vx, vy, omega = vx + push[2] * held, vy + push[3] * held, omega + push[4] * held
-        x, y, angle = x + push[2] * held * DT, y + push[3] * held * DT, angle + push[4] * held * DT
-        free = 1.0 - any_held
-        start_x, start_y = kx * free + (rim_x[0] + rim_x[1]), ky * free + (rim_y[0] + rim_y[1])
-        kvx = (kvx + self._kick[0]) * damp * free + (hold_vx[0] + hold_vx[1])
-        kvy = (kvy + self._kick[1]) * damp * free + (hold_vy[0] + hold_vy[1])
+        damp = puck_damping(self.puck[2], self.puck[3])
+        rackets = move_rackets(self.players, act, self._side)  # the original's forces, limits and damping
+        face_x, face_y = torch.cos(rackets[2]) * self._side, torch.sin(rackets[2]) * self._side  # world frame
+        holding = hold_puck(self.hold, act[3], rackets, vx0, vy0, face_x, face_y, self.spin)
+        puck, start_x, start_y = fly_puck(tuple(self.puck), self._kick, damp, holding)
         self._kick.zero_()
-        moving = (1.0 - still) * DT
-        kx, ky = start_x + kvx * moving, start_y + kvy * moving
-        # ---- racket vs puck, in each racket's own frame (x forward along ``ex, ey``, y along ``qx, qy``). ``swept``:
-        # the puck's path relative to the racket at the step's end, from (start - old origin) to (end - origin);
-        # ``discrete``: the puck's start against the racket where it was, as Box2D tests it
         swept = cfg.contact == "swept"
-        frame = angle if swept else angle0
-        ex, ey, qx, qy = torch.cos(frame) * self._side, torch.sin(frame) * self._side, -torch.sin(frame), torch.cos(frame)
-        ox, oy = (x, y) if swept else (x0, y0)
-        r0x, r0y = start_x - x0, start_y - y0  # [2, B]
-        r1x, r1y = kx - x, ky - y
-        ax, ay = r0x * ex + r0y * ey, r0x * qx + r0y * qy
-        bx, by = (r1x * ex + r1y * ey, r1x * qx + r1y * qy) if swept else (ax, ay)
-        touch, when, lnx, lny = sweep_near(ax, ay, bx - ax, by - ay, self.touching > 0)
-        hx, hy = ax + (bx - ax) * when, ay + (by - ay) * when  # the puck's centre at the touch, racket frame
-        nx, ny = lnx * ex + lny * qx, lnx * ey + lny * qy  # world normal, racket -> puck
-        px, py = hx * ex + hy * qx - nx * PUCK_RADIUS, hx * ey + hy * qy - ny * PUCK_RADIUS
-        px, py = px + face_x * PLAYER_CENTROID_BEHIND, py + face_y * PLAYER_CENTROID_BEHIND  # from the centroid
-        ux, uy = kvx - (vx - omega * py), kvy - (vy + omega * px)  # puck velocity relative to the touched point
-        reach = touch.float() * (1.0 - still) * (1.0 - shoot)  # (a shot leaves its own racket from inside it)
-        reach = torch.stack([reach[0], reach[1] * (1.0 - reach[0])])  # one racket per step, player 1 first
-        # Box2D finds a new contact one step late: the step in which the puck reaches a racket ends with the puck
-        # there, and the next step is the contact: the catch (whatever the velocities, as the original's
-        # BeginContact) and the impulse (if they approach). ``swept``: the puck stops on the racket's surface
-        # where its path first touches it (it cannot pass through); ``discrete`` (Box2D's own test, kept for
-        # comparison): only a puck that ends the step overlapping the racket touches it, and it stays inside.
-        # A puck that starts the step inside a racket (it reached it, or the racket turned into it) is in contact.
-        if swept:
-            contact = reach * torch.maximum(self.touching, (when <= 0).float())
-            arrive = reach - contact
-        else:
-            contact = reach * (when <= 0).float()
-            arrive = torch.zeros_like(reach)
-        # the original's catch rule reads the velocity the puck had at the step's start (Box2D's BeginContact)
-        catch = contact * ((self._side * self.puck[2] < 0.1) & (hold[0] + hold[1] == 0)).float() * float(cfg.keep_mode)
-        dvx, dvy, recoil_x, recoil_y, recoil_omega, dspin = impulse(ux, uy, spin, nx, ny, px, py)
-        spin = spin + (dspin * contact).sum(0)
-        arrive_vx, arrive_vy = kvx, kvy
-        kvx, kvy = kvx + (dvx * contact).sum(0), kvy + (dvy * contact).sum(0)
-        vx, vy, omega = vx + recoil_x * contact, vy + recoil_y * contact, omega + recoil_omega * contact
-        x, y, angle = x + recoil_x * contact * DT, y + recoil_y * contact * DT, angle + recoil_omega * contact * DT
-        # a hit puck leaves the touching point (``swept``: on the racket where it is now) with its new velocity for
-        # the rest of the step; an arriving puck stops where its path touched the racket (which may go on into it)
-        rest_x, rest_y = ox + hx * ex + hy * qx, oy + hx * ey + hy * qy
-        after = contact * ((1.0 - when) * DT)
-        until = (arrive * when).sum(0) * DT
-        placed = contact + arrive
-        kx = kx * (1.0 - placed.sum(0)) + (rest_x * contact).sum(0) + kvx * after.sum(0)
-        ky = ky * (1.0 - placed.sum(0)) + (rest_y * contact).sum(0) + kvy * after.sum(0)
-        kx, ky = kx + (start_x + arrive_vx * until) * arrive.sum(0), ky + (start_y + arrive_vy * until) * arrive.sum(0)
+        touch = touch_rackets(start_x, start_y, puck[0], puck[1], holding.rackets, x0, y0, angle0, self._side,
+                              self.touching, swept)
+        contact, arrive = contacts(touch, self.touching, holding, swept)
+        catch = catches(contact, self._side, self.puck[2], holding.hold, cfg.keep_mode)
+        rackets, puck, spin = collide(touch, contact, arrive, face_x, face_y, holding.rackets, puck, start_x, start_y,
+                                      holding.spin)
         self.touching = arrive
-        hold = hold * (1.0 - catch) + catch * float(MAX_TIME_KEEP_PUCK)
-        # ---- walls (the end walls are open in the goal mouth), then goals
-        mouth = (ky.abs() < GOAL_HALF_WIDTH).float()
-        limit_x = PUCK_X_LIMIT + mouth * (NO_LIMIT - PUCK_X_LIMIT)
-        kx, kvx, kvy, spin = _bounce(kx, kvx, kvy, spin, limit_x, 1.0)
-        ky, kvy, kvx, spin = _bounce(ky, kvy, kvx, spin, PUCK_Y_LIMIT, -1.0)
-        winner = kx.sign() * ((kx.abs() > GOAL_X).float() * mouth)  # [B]
+        hold = holding.hold * (1.0 - catch) + catch * float(MAX_TIME_KEEP_PUCK)
+        puck, spin, winner = walls_and_goals(puck, spin)
         # ---- commit
-        self.players = torch.stack([x, y, angle, vx, vy, omega])
-        self.puck = torch.stack([kx, ky, kvx, kvy])
+        self.players = torch.stack(rackets)
+        self.puck = torch.stack(puck)
         self.spin = spin
         self.hold = hold
         self.t = self.t + 1
         phase = self.phase + rng.uniform_at(self._keys, _PHASE_STREAM, self.t) * PHASE_STEP_MAX
         self.phase = phase - (phase > 2 * math.pi).float() * (2 * math.pi)
-        # ---- reward, flags
-        reward = winner * self.r_win
-        if self.w_closeness:
-            own_half = ((kx < 0) & (kvx <= 0)).float()
-            dx, dy = x[0] - kx, y[0] - ky
-            scale = self._inv_max_steps * (CLOSENESS_PER_METRE_STEP * self.w_closeness)
-            reward = reward + (dx * dx + dy * dy).sqrt() * scale * own_half
-        if self.w_touch:
-            reward = reward + catch[0] * self.w_touch
-        if self.w_direction:
-            reward = reward + kvx * self._inv_max_steps * (self.w_direction / MAX_PUCK_SPEED)
+        reward = self._reward(winner, catch[0], rackets[0][0], rackets[1][0], puck[0], puck[1], puck[2])
         terminated = (winner != 0).unsqueeze(-1)
         truncated = (self.t >= self._max_steps).unsqueeze(-1) & ~terminated
         return self._output(winner.unsqueeze(-1), reward=reward.unsqueeze(-1), done=terminated | truncated,
                             terminated=terminated, truncated=truncated)
+
+    def _reward(self, winner: Tensor, caught: Tensor, x: Tensor, y: Tensor, kx: Tensor, ky: Tensor,
+                kvx: Tensor) -> Tensor:
+        """The step's reward ``[B]`` (class docstring): the win term and the shaping terms of the current weights,
+        from the agent's racket ``x, y``, the puck ``kx, ky, kvx`` after the step and whether the agent ``caught``
+        the puck."""
+        reward = winner * self.r_win
+        if self.w_closeness:
+            own_half = ((kx < 0) & (kvx <= 0)).float()
+            dx, dy = x - kx, y - ky
+            scale = self._inv_max_steps * (CLOSENESS_PER_METRE_STEP * self.w_closeness)
+            reward = reward + (dx * dx + dy * dy).sqrt() * scale * own_half
+        if self.w_touch:
+            reward = reward + caught * self.w_touch
+        if self.w_direction:
+            reward = reward + kvx * self._inv_max_steps * (self.w_direction / MAX_PUCK_SPEED)
+        return reward
 
     # ------------------------------------------------------------------ observation
     def observation_of_state(self) -> tuple[Tensor, Tensor]:

@@ -17,8 +17,8 @@ from envs.hockey.constants import (
     GOAL_HALF_WIDTH,
     MAX_ANGLE,
     MAX_PLAYER_SPEED,
-    PLAYER_DAMPING,
     PLAYER_CENTROID_BEHIND,
+    PLAYER_DAMPING,
     PLAYER_DAMPING_BRAKE,
     PLAYER_INERTIA,
     PLAYER_MASS,
@@ -40,6 +40,29 @@ _KEEP_SPIN, _KEEP_SPIN_BRAKE = damping_factor(ANGULAR_DAMPING), damping_factor(A
 _MOUTH_FIT = GOAL_HALF_WIDTH - 0.3  # |y| of a racket origin whose back (at most 0.4 m wide there) fits the mouth
 _CORNERS: dict[torch.device, Tensor] = {}  # x, y of the racket's corners ([2, 7, 1, 1], own frame), per device
 _ANGLE_SPRING = 0.1 * PLAYER_MASS / PLAYER_INERTIA  # the original's -0.1 * (angle, omega) * mass / DT torques
+
+
+def _corners(device: torch.device) -> Tensor:
+    """x, y of the racket's corners in its own frame, ``[2, 7, 1, 1]``, cached per device."""
+    corners = _CORNERS.get(device)
+    if corners is None:
+        corners = _CORNERS[device] = torch.tensor(RACKET_VERTICES, device=device).t().reshape(2, 7, 1, 1)
+    return corners
+
+
+def _stop_at_walls(moved_x: Tensor, moved_y: Tensor, cos1: Tensor, sin1: Tensor) -> tuple[Tensor, Tensor]:
+    """The racket origins ``own x, y`` ``[2, B]`` (own frame) clamped where the corners, turned by the angle (``cos1,
+    sin1``), touch the end wall behind the racket or the long walls."""
+    corners = _corners(moved_x.device)
+    corner_x = corners[0] * cos1 - corners[1] * sin1  # own frame, [7, 2, B]
+    corner_y = corners[0] * sin1 + corners[1] * cos1
+    reach_back = (-corner_x).amax(0) + POLYGON_SKIN
+    reach_y = TABLE_HALF_WIDTH - corner_y.abs().amax(0) - POLYGON_SKIN
+    # in front of the goal mouth the racket's back fits into it, up to the goal box behind the end wall
+    back_wall = TABLE_HALF_LENGTH + (moved_y.abs() < _MOUTH_FIT).float() * (GOAL_BOX_X - TABLE_HALF_LENGTH)
+    own_x = torch.minimum(torch.maximum(moved_x, reach_back - back_wall), torch.zeros_like(moved_x))
+    y = torch.maximum(torch.minimum(moved_y, reach_y), -reach_y)
+    return own_x, y
 
 
 def move_rackets(players: Tensor, action: Tensor, side: Tensor) -> tuple[Tensor, ...]:
@@ -89,17 +112,6 @@ def move_rackets(players: Tensor, action: Tensor, side: Tensor) -> tuple[Tensor,
     cos0, sin0, cos1, sin1 = torch.cos(angle0), torch.sin(angle0), torch.cos(angle), torch.sin(angle)
     moved_x = own_x + own_vx * DT + PLAYER_CENTROID_BEHIND * (cos1 - cos0)
     moved_y = y0 + vy * DT + PLAYER_CENTROID_BEHIND * side * (sin1 - sin0)
-    # walls: the racket's corners (turned by the angle) stop at the end wall behind it and at the long walls
-    corners = _CORNERS.get(players.device)
-    if corners is None:
-        corners = _CORNERS[players.device] = torch.tensor(RACKET_VERTICES, device=players.device).t().reshape(2, 7, 1, 1)
-    corner_x = corners[0] * cos1 - corners[1] * sin1  # own frame, [7, 2, B]
-    corner_y = corners[0] * sin1 + corners[1] * cos1
-    reach_back = (-corner_x).amax(0) + POLYGON_SKIN
-    reach_y = TABLE_HALF_WIDTH - corner_y.abs().amax(0) - POLYGON_SKIN
-    # in front of the goal mouth the racket's back fits into it, up to the goal box behind the end wall
-    back_wall = TABLE_HALF_LENGTH + (moved_y.abs() < _MOUTH_FIT).float() * (GOAL_BOX_X - TABLE_HALF_LENGTH)
-    own_x = torch.minimum(torch.maximum(moved_x, reach_back - back_wall), torch.zeros_like(moved_x))
-    y = torch.maximum(torch.minimum(moved_y, reach_y), -reach_y)
+    own_x, y = _stop_at_walls(moved_x, moved_y, cos1, sin1)
     own_vx, vy = own_vx * (own_x == moved_x).float(), vy * (y == moved_y).float()
     return own_x * side, y, angle, own_vx * side, vy, omega

@@ -84,7 +84,12 @@ def customer_mask(problem: TensorDict, dist: Tensor, pos: Tensor, time: Tensor, 
 
     Args:
         problem: the problem TensorDict ``[R]`` (:mod:`envs.routing.problem`). dist: ``[R, 1 + N, 1 + N]`` (km).
-        pos, time, load, used, visited: as in :class:`ConstructionState`. margin: time units.
+        pos: as in :class:`ConstructionState`, as are ``time``, ``load``, ``used`` and ``visited``.
+        time: see ``pos``.
+        load: see ``pos``.
+        used: see ``pos``.
+        visited: see ``pos``.
+        margin: time units.
     """
     d = dist.gather(1, pos.view(-1, 1, 1).expand(-1, 1, dist.shape[-1])).squeeze(1)  # [R, 1 + N]
     arrive = time.unsqueeze(-1) + d

@@ -31,7 +31,7 @@ from __future__ import annotations
 from envs.lazy import lazy_exports
 
 _EXPORTS = {"OffPolicyDataModule": "pipelines.data.off_policy", "OnPolicyDataModule": "pipelines.data.on_policy",
-            "RLDataModule": "pipelines.data.base", "StopRequested": "pipelines.data.base"}
+            "RLDataModule": "pipelines.data.base", "StopRequested": "pipelines.data.stream"}
 
 __all__ = list(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -10,24 +10,14 @@ import lightning as L
 import torch
 from jsonargparse.typing import PositiveFloat, PositiveInt
 from tensordict import TensorDict
-from torch import nn
-from torch.utils.data import DataLoader, IterableDataset
 from torchrl.envs import EnvBase
 
 from envs import EnvConfig, EnvSpecs, make_env, unwrap
 from pipelines.checkpoints import attach_env_models
 from pipelines.data.collectors import WorkerCollector, local_collector
-from pipelines.data.env_control import EnvControl, resolve
+from pipelines.data.env_control import EnvControl, TrainingEnvCalls, resolve
 from pipelines.data.ray_collector import RayOptions, RayWorkerCollector, check_ray_installed
-
-
-class StopRequested(Exception):
-    """Training stops early at a step boundary because of a signal (SIGINT, SIGTERM); ``pipelines.fit`` turns
-    it into a non-zero exit status."""
-
-    def __init__(self, signal_name: str) -> None:
-        super().__init__(f"training stopped by {signal_name}")
-        self.signal_name = signal_name
+from pipelines.data.stream import FrameStream
 
 
 def check(ok: bool, message: str) -> None:
@@ -36,7 +26,7 @@ def check(ok: bool, message: str) -> None:
         raise ValueError(message)
 
 
-class RLDataModule(L.LightningDataModule):
+class RLDataModule(TrainingEnvCalls, FrameStream, L.LightningDataModule):
     """Env, collector and the frame budget of a run (shared by the on- and off-policy pipelines).
 
     Args:
@@ -80,7 +70,8 @@ class RLDataModule(L.LightningDataModule):
     """
 
     def __init__(self, env: EnvConfig, num_envs: PositiveInt = 64, frames_per_batch: PositiveInt = 1920,
-                 total_frames: PositiveInt = 1_000_000, seed: int | None = None, device: str | None = None, workers: int = 0,
+                 total_frames: PositiveInt = 1_000_000, seed: int | None = None, device: str | None = None,
+                 workers: int = 0,
                  worker_timeout_s: PositiveFloat = 300.0, collector: Literal["sync", "async", "ray"] = "sync",
                  ray: RayOptions | None = None, compile_policy: bool = False, cudagraph_policy: bool = False) -> None:
         super().__init__()
@@ -94,7 +85,8 @@ class RLDataModule(L.LightningDataModule):
         if collector == "ray":
             check_ray_installed()
         check(workers >= 0 and (workers == 0 or num_envs % workers == 0),
-              f"data.workers={workers} is not allowed: 0 (envs in this process) or a divisor of data.num_envs={num_envs}")
+              f"data.workers={workers} is not allowed: 0 (envs in this process) or a divisor of "
+              f"data.num_envs={num_envs}")
         check(num_envs >= 1, f"data.num_envs must be >= 1, got {num_envs}")
         check(frames_per_batch >= 1, f"data.frames_per_batch must be >= 1, got {frames_per_batch}")
         check(total_frames >= 1, f"data.total_frames must be >= 1, got {total_frames}")
@@ -177,64 +169,6 @@ class RLDataModule(L.LightningDataModule):
             resolve(env, "configure")(**settings)
         return env
 
-    # ------------------------------------------------------------------ calls on the training envs
-    def env_has(self, *methods: str) -> bool:
-        """Whether the training env's base env has all ``methods`` (e.g. ``set_opponent``)."""
-        return all(hasattr(unwrap(self.env), m) for m in methods)
-
-    def set_self_play(self, on: bool) -> None:
-        """Whether ``callbacks.SelfPlay`` draws the training envs' opponents after every batch (on) or the
-        env's settings set them (off). SelfPlay sets its ``active`` at the start of a run, a curriculum phase
-        its ``self_play``; the flag is in the checkpoint."""
-        self.self_play = bool(on)
-
-    def configure_env(self, settings: dict) -> None:
-        """Apply runtime ``settings`` (e.g. a curriculum phase's mode, opponent and reward weights) to the
-        training envs through the base env's ``configure(**settings)``.
-
-        Raises:
-            ValueError: the env has no ``configure`` method, or rejects a setting.
-        """
-        self.control.call("configure", **settings)
-
-    def set_opponents(self, kinds: list[str]) -> None:
-        """Set who each training env row meets from its next episode on (the env's ``set_opponent``).
-
-        Args:
-            kinds: one opponent name per row (``num_envs``), e.g. ``weak`` or ``policy``.
-
-        Raises:
-            ValueError: the env has no opponents, or rejects a name.
-        """
-        self.control.call_rows("set_opponent", kinds)
-
-    def set_opponent_policy(self, policy: nn.Module | None) -> None:
-        """Set the module that plays the training envs' ``policy`` opponents (the env's
-        ``set_opponent_policy``), with its current weights; with workers, call it again after changing them.
-
-        Raises:
-            ValueError: the env has no opponents.
-        """
-        self.control.call("set_opponent_policy", policy)
-
-    def embedding_model(self) -> nn.Module | None:
-        """The learned model the env's observations depend on (``env.embedding_model``), or None."""
-        return self.env_config.embedding_model
-
-    def update_embedding(self, state_dict: dict) -> None:
-        """Load new weights into the embedding model: every env of this config (training and evaluation,
-        and the workers' envs) uses them from its next episode on.
-
-        Raises:
-            ValueError: the env has no embedding model.
-        """
-        if self.embedding_model() is None:
-            raise ValueError("the env has no embedding model (e.g. set data.init_args.env.init_args.flexibility)")
-        if self.control is None:  # before setup: the config's model (every env of the config shares it)
-            self.embedding_model().load_state_dict(state_dict)
-        else:  # the training env's config is the same object; workers hold copies
-            self.control.call("config.embedding_model.load_state_dict", state_dict)
-
     # ------------------------------------------------------------------ collector
     def collector(self) -> Iterator[TensorDict]:
         """The collector (built on first use, so a restored checkpoint's env state is in place)."""
@@ -285,7 +219,8 @@ class RLDataModule(L.LightningDataModule):
         if hasattr(base, "resume_state") and not self.workers:  # with workers the stepped envs live there
             state["env_rng"] = base.resume_state()
         if self.embedding_model() is not None:
-            state["embedding_model"] = {k: v.detach().cpu().clone() for k, v in self.embedding_model().state_dict().items()}
+            weights = self.embedding_model().state_dict()
+            state["embedding_model"] = {k: v.detach().cpu().clone() for k, v in weights.items()}
         if self.self_play is not None:
             state["self_play"] = self.self_play
         return state
@@ -299,112 +234,4 @@ class RLDataModule(L.LightningDataModule):
         if "env_rng" in state_dict and hasattr(base, "load_resume_state"):
             base.load_resume_state(state_dict["env_rng"], keep_row_seeds=True)  # rank 0's state, this rank's rows
 
-    # ------------------------------------------------------------------ stream
-    def request_stop(self, signal_name: str) -> None:
-        """Stop training at the next step boundary (a signal handler's call: nothing is interrupted midway, so
-        no library is left holding a lock or half a state)."""
-        self.stop_request = signal_name
 
-    def check_stop(self) -> None:
-        """Called by the stream before every collection and every training step.
-
-        Raises:
-            StopRequested: :meth:`request_stop` was called, or the trainer received SIGTERM.
-        """
-        if self.stop_request is not None:
-            raise StopRequested(self.stop_request)
-        if self.trainer is not None and self.trainer.received_sigterm:
-            raise StopRequested("SIGTERM")
-
-    def batches(self) -> Iterator[TensorDict]:
-        """Collected batches, processed by the module, until the budget is met; then the trainer is told to stop.
-
-        Raises:
-            StopRequested: a signal asked training to stop (see :meth:`check_stop`).
-        """
-        module = self.trainer.lightning_module
-        iterator = iter(self.collector())
-        module.restore_rng()  # (after the collector is built: a resumed run draws on from the checkpoint's state)
-        collector = self.collector()
-        while module.collected_frames < self.total_frames:
-            self.check_stop()
-            batch = next(iterator)
-            for callback in self.trainer.callbacks:
-                hook = getattr(callback, "on_batch_collected", None)
-                if hook is not None:
-                    hook(self.trainer, module, batch)
-            version = batch.get("policy_version", None)
-            batch = module.on_collected(batch)
-            if version is not None:  # (recorded after on_collected, which writes the previous batch's metrics)
-                module.record("time/policy_lag", (collector.policy.version - version).float().mean())
-            yield batch
-            if hasattr(collector, "trained"):  # (the training steps on that batch are done)
-                collector.trained()
-        self.trainer.should_stop = True
-
-    def training_batches(self) -> Iterator[TensorDict]:
-        """What ``training_step`` receives, in order (defined by the on- / off-policy pipelines)."""
-        raise NotImplementedError
-
-    @property
-    def steps_per_batch(self) -> int:
-        """Training steps per collected batch (defined by the on- / off-policy pipelines)."""
-        raise NotImplementedError
-
-    @property
-    def world_size(self) -> int:
-        """The ranks that collect (the trainer's world size; before the fit, :attr:`expected_world_size`)."""
-        return self.trainer.world_size if self.trainer is not None else self.expected_world_size
-
-    def check_budget(self, world_size: int) -> None:
-        """Check, before any work, that ``total_frames`` gives at least one training step on ``world_size`` ranks.
-
-        Raises:
-            ValueError: no training step would run (names ``total_frames``, the batch and any warm-up).
-        """
-        self.expected_world_size = int(world_size)
-        if self.num_training_steps() > 0:
-            return
-        warmup = getattr(self, "init_random_frames", 0)
-        raise ValueError(f"data.init_args.total_frames={self.total_frames} gives no update: the run collects whole "
-                         f"batches of data.init_args.frames_per_batch={self.frames_per_batch} frames per rank"
-                         + (f" and updates after data.init_args.init_random_frames={warmup} frames" if warmup else "")
-                         + f"; raise total_frames above {max(warmup, self.frames_per_batch * self.world_size)}")
-
-    @property
-    def num_batches(self) -> int:
-        """Collected batches per rank in the whole run (``total_frames`` rounded up to whole batches)."""
-        world = self.world_size
-        return -(-self.total_frames // (self.frames_per_batch * world))
-
-    @property
-    def planned_frames(self) -> int:
-        """Frames the run collects over all ranks: ``total_frames`` rounded up to whole batches."""
-        world = self.world_size
-        return self.num_batches * self.frames_per_batch * world
-
-    def num_training_steps(self) -> int:
-        """Training steps of the whole run: :attr:`num_batches` times :attr:`steps_per_batch`."""
-        return self.num_batches * self.steps_per_batch
-
-    def train_dataloader(self) -> DataLoader:
-        # identity collate keeps TensorDicts intact; no workers: the collector lives with the live policy.
-        # Its own generator: a DataLoader iterator otherwise draws a seed from the global RNG, which
-        # would shift the (checkpointed) policy-sampling stream of a resumed run.
-        return DataLoader(_Stream(self), batch_size=None, collate_fn=lambda x: x, num_workers=0,
-                          generator=torch.Generator())
-
-
-class _Stream(IterableDataset):
-    """The training stream. It has a length (the run's training steps), so Lightning does not fetch
-    ahead: nothing is collected before the previous step (and its checkpoint) is done, which keeps
-    a resumed run on the same data and RNG stream as an uninterrupted one."""
-
-    def __init__(self, data: RLDataModule) -> None:
-        self.data = data
-
-    def __iter__(self) -> Iterator:
-        return self.data.training_batches()
-
-    def __len__(self) -> int:
-        return self.data.num_training_steps()

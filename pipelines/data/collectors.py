@@ -29,8 +29,8 @@ from functools import partial
 
 import torch
 from tensordict import TensorDictBase
-from torch import nn
 from tensordict.nn import TensorDictModuleBase
+from torch import nn
 from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 from torchrl.envs import EnvBase
 from torchrl.weight_update import SharedMemWeightSyncScheme
@@ -235,7 +235,8 @@ class WorkerCollector:
                 raise RuntimeError(self._stall) from err
             deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S  # a worker whose pipe closed is dead, maybe not yet reaped
             while True:
-                ended = [(w, pid, proc.exitcode) for w, (pid, proc) in enumerate(zip(self.pids, self.procs))
+                workers = enumerate(zip(self.pids, self.procs, strict=True))
+                ended = [(w, pid, proc.exitcode) for w, (pid, proc) in workers
                          if not proc._closed and proc.exitcode is not None]
                 if ended or isinstance(err, RuntimeError) or time.monotonic() > deadline:
                     break
@@ -267,7 +268,7 @@ class WorkerCollector:
 
     def shutdown(self) -> None:
         """Stop the workers (dead or stopped ones included) within :data:`SHUTDOWN_TIMEOUT_S`."""
-        for pid, proc in zip(self.pids, self.procs):
+        for pid, proc in zip(self.pids, self.procs, strict=True):
             if not proc._closed and _process_state(pid) in ("T", "t"):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)  # a stopped process takes no SIGTERM

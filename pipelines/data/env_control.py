@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import torch
+from torch import nn
 from torchrl.envs import EnvBase
 
 from envs import unwrap
@@ -31,7 +32,8 @@ def resolve(env: EnvBase, method: str):
     target = unwrap(env)
     for name in method.split("."):
         if not hasattr(target, name):
-            raise ValueError(f"env {type(unwrap(env)).__name__} has no method {method}: the call needs an env that has it")
+            raise ValueError(f"env {type(unwrap(env)).__name__} has no method {method}: "
+                             f"the call needs an env that has it")
         target = getattr(target, name)
     return target
 
@@ -111,9 +113,72 @@ class EnvControl:
         if not per_worker:
             return
         if self._collector is None:
-            for calls, (args, kwargs) in zip(self._startup, per_worker):
+            for calls, (args, kwargs) in zip(self._startup, per_worker, strict=True):
                 calls.append((method, args, kwargs))
         else:
             self._collector.map_fn(f"env.base_env.{method}", [a for a, _ in per_worker], [k for _, k in per_worker])
-            for calls, (args, kwargs) in zip(self._later or [], per_worker):
+            for calls, (args, kwargs) in zip(self._later or [], per_worker, strict=False):
                 calls.append((method, args, kwargs))
+
+
+class TrainingEnvCalls:
+    """The calls on the training envs :class:`pipelines.data.base.RLDataModule` has from here (a mixin before
+    ``LightningDataModule``), named for the callbacks that make them: through its :class:`EnvControl` (``control``),
+    so that rollout workers' envs get them too."""
+
+    def env_has(self, *methods: str) -> bool:
+        """Whether the training env's base env has all ``methods`` (e.g. ``set_opponent``)."""
+        return all(hasattr(unwrap(self.env), m) for m in methods)
+
+    def set_self_play(self, on: bool) -> None:
+        """Whether ``callbacks.SelfPlay`` draws the training envs' opponents after every batch (on) or the
+        env's settings set them (off). SelfPlay sets its ``active`` at the start of a run, a curriculum phase
+        its ``self_play``; the flag is in the checkpoint."""
+        self.self_play = bool(on)
+
+    def configure_env(self, settings: dict) -> None:
+        """Apply runtime ``settings`` (e.g. a curriculum phase's mode, opponent and reward weights) to the
+        training envs through the base env's ``configure(**settings)``.
+
+        Raises:
+            ValueError: the env has no ``configure`` method, or rejects a setting.
+        """
+        self.control.call("configure", **settings)
+
+    def set_opponents(self, kinds: list[str]) -> None:
+        """Set who each training env row meets from its next episode on (the env's ``set_opponent``).
+
+        Args:
+            kinds: one opponent name per row (``num_envs``), e.g. ``weak`` or ``policy``.
+
+        Raises:
+            ValueError: the env has no opponents, or rejects a name.
+        """
+        self.control.call_rows("set_opponent", kinds)
+
+    def set_opponent_policy(self, policy: nn.Module | None) -> None:
+        """Set the module that plays the training envs' ``policy`` opponents (the env's
+        ``set_opponent_policy``), with its current weights; with workers, call it again after changing them.
+
+        Raises:
+            ValueError: the env has no opponents.
+        """
+        self.control.call("set_opponent_policy", policy)
+
+    def embedding_model(self) -> nn.Module | None:
+        """The learned model the env's observations depend on (``env.embedding_model``), or None."""
+        return self.env_config.embedding_model
+
+    def update_embedding(self, state_dict: dict) -> None:
+        """Load new weights into the embedding model: every env of this config (training and evaluation,
+        and the workers' envs) uses them from its next episode on.
+
+        Raises:
+            ValueError: the env has no embedding model.
+        """
+        if self.embedding_model() is None:
+            raise ValueError("the env has no embedding model (e.g. set data.init_args.env.init_args.flexibility)")
+        if self.control is None:  # before setup: the config's model (every env of the config shares it)
+            self.embedding_model().load_state_dict(state_dict)
+        else:  # the training env's config is the same object; workers hold copies
+            self.control.call("config.embedding_model.load_state_dict", state_dict)

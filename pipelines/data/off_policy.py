@@ -60,7 +60,8 @@ class OffPolicyDataModule(RLDataModule):
             (the |TD error|); the loss weights items by ``priority_weight``.
         priority_alpha: the priority exponent (Schaul et al. 2016; 0 is uniform sampling).
         priority_beta: the importance-weight exponent (Schaul et al. 2016; 1 corrects the bias fully).
-        (the rest as :class:`RLDataModule`)
+
+    The other arguments are as :class:`RLDataModule`'s.
 
     Raises:
         ValueError: a non-positive size, an unknown storage, ``collector: async`` with more than one worker, or
@@ -87,8 +88,9 @@ class OffPolicyDataModule(RLDataModule):
         check(utd_ratio >= 1, f"data.utd_ratio must be >= 1, got {utd_ratio}")
         check(init_random_frames >= 0, f"data.init_random_frames must be >= 0, got {init_random_frames}")
         check(storage in ("tensor", "memmap"), f"data.storage={storage!r} is not allowed: one of tensor, memmap")
-        check(priority_alpha >= 0 and 0 <= priority_beta <= 1, f"data.priority_alpha >= 0 and data.priority_beta "
-                                                               f"in [0, 1] required, got {priority_alpha}, {priority_beta}")
+        check(priority_alpha >= 0 and 0 <= priority_beta <= 1,
+              f"data.priority_alpha >= 0 and data.priority_beta in [0, 1] required, "
+              f"got {priority_alpha}, {priority_beta}")
         self.buffer_size = int(buffer_size)  # plain ints: the buffer's state (checkpoint) keeps them
         self.batch_size = int(batch_size)
         self.utd_ratio = int(utd_ratio)

@@ -24,12 +24,14 @@ class OnPolicyDataModule(RLDataModule):
     Args:
         ppo_epochs: passes over each collected batch.
         mini_batch_size: frames per minibatch (``frames_per_batch`` must be a multiple of it).
-        (the rest as :class:`RLDataModule`)
+
+    The other arguments are as :class:`RLDataModule`'s.
     """
 
     def __init__(self, env: EnvConfig, num_envs: PositiveInt = 64, frames_per_batch: PositiveInt = 1920,
                  total_frames: PositiveInt = 1_000_000, ppo_epochs: PositiveInt = 4,
-                 mini_batch_size: PositiveInt = 480, seed: int | None = None, device: str | None = None, workers: int = 0,
+                 mini_batch_size: PositiveInt = 480, seed: int | None = None, device: str | None = None,
+                 workers: int = 0,
                  worker_timeout_s: PositiveFloat = 300.0,
                  collector: Literal["sync", "async", "ray"] = "sync", ray: RayOptions | None = None,
                  compile_policy: bool = False, cudagraph_policy: bool = False) -> None:

@@ -25,9 +25,9 @@ def _steps(name: str, episodes: int = 1, b: int = 64):
 def test_rules():
     s, reject = 3, 7
     abs_shift = torch.arange(-s, s + 1).abs()
-    for env, mask, cost, kind, posterior, action, _ in _steps("preferred"):
+    for _env, mask, _cost, _kind, _posterior, action, _ in _steps("preferred"):
         assert torch.equal(action, torch.where(mask[:, s], s, reject))
-    for env, mask, cost, kind, posterior, action, _ in _steps("greedy"):
+    for _env, mask, cost, _kind, _posterior, action, _ in _steps("greedy"):
         feasible = mask[:, :-1]
         best = torch.where(feasible, cost[:, :-1], torch.inf).min(-1).values
         chosen = cost.gather(1, action.unsqueeze(-1)).squeeze(-1)
@@ -35,23 +35,23 @@ def test_rules():
         assert torch.equal(action == reject, ~any_ok)
         assert torch.allclose(chosen[any_ok], best[any_ok])
     refused = 0
-    for env, mask, cost, kind, posterior, action, _ in _steps("clairvoyant"):
+    for _env, _mask, _cost, kind, _posterior, action, _ in _steps("clairvoyant"):
         offered = action < reject
         assert bool((abs_shift[action.clamp_max(2 * s)][offered] <= kind[offered]).all()), "an offer the type refuses"
         refused += int((offered & (abs_shift[action.clamp_max(2 * s)] > kind)).sum())
     assert refused == 0
-    for env, mask, cost, kind, posterior, action, _ in _steps("fallback"):
+    for _env, mask, cost, _kind, _posterior, action, _ in _steps("fallback"):
         shift_ok = mask[:, :-1].clone()
         shift_ok[:, s] = False
-        expected = torch.where(mask[:, s], s, torch.where(shift_ok.any(-1),
-                                                           torch.where(shift_ok, cost[:, :-1], torch.inf).argmin(-1), reject))
+        cheapest_shift = torch.where(shift_ok, cost[:, :-1], torch.inf).argmin(-1)
+        expected = torch.where(mask[:, s], s, torch.where(shift_ok.any(-1), cheapest_shift, reject))
         same_cost = cost.gather(1, action.unsqueeze(-1)) == cost.gather(1, expected.unsqueeze(-1))
         assert bool(((action == expected) | (same_cost.squeeze(-1) & (action != s))).all())
 
 
 def test_expected_value_rules_never_reject_a_feasible_offer():
     for name in ("prior", "informed", "random"):
-        for env, mask, cost, kind, posterior, action, _ in _steps(name):
+        for _env, mask, _cost, _kind, _posterior, action, _ in _steps(name):
             assert torch.equal(action == 7, ~mask[:, :-1].any(-1)), name
             assert bool(mask.gather(1, action.unsqueeze(-1)).all()), name
 

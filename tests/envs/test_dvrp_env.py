@@ -453,7 +453,7 @@ def test_days_of_mixed_sizes_end_after_their_own_requests_and_use_their_own_flee
             drawn.update(size=size.clone(), fleet=fleet.clone())
         rows = (finished & ~seen).nonzero().squeeze(-1).tolist()
         assert all(int(drawn["size"][r]) == calls[0] for r in rows)  # a row ends after its own N requests
-        for row, plan, day in zip(rows, base.export_episodes(rows), base.export_days(rows)):
+        for row, plan, day in zip(rows, base.export_episodes(rows), base.export_days(rows), strict=True):
             check_exported_plan(plan)
             assert plan["num_vehicles"] == day["num_vehicles"] == int(drawn["fleet"][row])
             assert len(day["requests"]) == int(drawn["size"][row])

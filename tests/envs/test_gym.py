@@ -103,9 +103,9 @@ def test_vector_env_gives_torchrl_wrappers_data(env_id):
     assert set(ours.observation_spec.keys()) == set(reference.observation_spec.keys())
     assert ours.full_done_spec == reference.full_done_spec and ours.action_spec == reference.action_spec
     ours.reset()  # GymWrapper.set_seed resets its vector env with the seed: its next reset is the second one
-    td, expected = ours.reset(), reference.reset()
+    start, reference_start = ours.reset(), reference.reset()
     ends = 0
-    for out, td, ref, expected in lockstep(ours, td, reference, expected):
+    for out, td, ref, expected in lockstep(ours, start, reference, reference_start):
         for key in ref.keys(True, True):
             assert torch.equal(out[key], ref[key]), key
         if out["next", "done"].all():
@@ -121,9 +121,9 @@ def test_vector_env_reads_dict_observations():
     writes zeros there for a Dict space): the same values as the array env it is built from."""
     flat, nested = make_env(GymConfig("CartPole-v1"), 4, 3), make_env(GymConfig("DictCartPole-v0"), 4, 3)
     assert set(nested.observation_spec.keys()) == {"position", "velocity", "episode_reward"}
-    td, other = flat.reset(), nested.reset()
+    start, nested_start = flat.reset(), nested.reset()
     ends = 0
-    for out, td, got, other in lockstep(flat, td, nested, other):
+    for out, td, got, other in lockstep(flat, start, nested, nested_start):
         for root, mine in ((out["next"], got["next"]), (td, other)):
             assert torch.equal(mine["position"], root["observation"][:, [0, 2]])
             assert torch.equal(mine["velocity"], root["observation"][:, [1, 3]])

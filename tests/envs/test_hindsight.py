@@ -40,7 +40,7 @@ def _brute_force(day: dict, max_shift: int, reward: float) -> float:
                 continue
             for windows in itertools.product(*(options[i] for i in order)):
                 now, here, km = 0.0, depot, 0.0
-                for i, (_, a, b) in zip(order, windows):
+                for i, (_, a, b) in zip(order, windows, strict=True):
                     where = (by_id[i]["x"], by_id[i]["y"])
                     km += math.dist(here, where)
                     now = max(now + math.dist(here, where), a)
@@ -82,7 +82,7 @@ def test_hindsight_is_above_the_online_rules():
     """On 30-customer days of the headline env, the plan with the future known beats the clairvoyant rule (which
     knows the types but not the later requests) on every day, and serves a feasible plan."""
     config, days, result = _days(6, 11, num_customers=30, num_vehicles=2)
-    for day, online in zip(days, result["episode_return"].tolist()):
+    for day, online in zip(days, result["episode_return"].tolist(), strict=True):
         plan = solve_hindsight(day, config.max_shift, config.served_reward, seconds=0.5)
         check_plan(day, plan, config.max_shift)
         assert plan.episode_return > online

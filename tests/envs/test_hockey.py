@@ -127,7 +127,8 @@ def test_wall_bounce_reflects_the_normal_component(static_env):
     x, y, vx, vy = nxt["observation"][0, 12:16].tolist()
     moved_y = 3.0 + 20.0 * DAMP * DT
     assert vx == pytest.approx(5.0 * DAMP * 2 / 3) and vy == pytest.approx(-RESTITUTION * 20.0 * DAMP)
-    assert x == pytest.approx(5.0 * DAMP * DT) and y == pytest.approx(PUCK_Y_LIMIT - RESTITUTION * (moved_y - PUCK_Y_LIMIT))
+    assert x == pytest.approx(5.0 * DAMP * DT)
+    assert y == pytest.approx(PUCK_Y_LIMIT - RESTITUTION * (moved_y - PUCK_Y_LIMIT))
     assert env.spin.item() == pytest.approx(5.0 * DAMP * 2 / 3 / (13 / 60), rel=1e-4)  # rolls: its rim speed is vx
     # the end wall outside the goal mouth, and the long wall at the bottom
     td = env.force_state(state(puck=(3.6, 2.0), puck_vel=(20.0, -3.0)))
@@ -184,7 +185,8 @@ def test_paddle_bounces_the_puck(static_env):
     assert nxt["observation"][0, 16].item() == 0
     bounced = 10.0 * DAMP * DAMP * (1 - (1 + RESTITUTION) / (1 + PUCK_MASS / PLAYER_MASS))
     assert nxt["observation"][0, 14].item() == pytest.approx(bounced, rel=1e-4)
-    assert nxt["observation"][0, 3].item() == pytest.approx((10.0 * DAMP * DAMP - bounced) * PUCK_MASS / PLAYER_MASS, rel=1e-3)
+    recoil = (10.0 * DAMP * DAMP - bounced) * PUCK_MASS / PLAYER_MASS
+    assert nxt["observation"][0, 3].item() == pytest.approx(recoil, rel=1e-3)
     # a 50 m/s shot stops on a racket's face instead of passing through it
     td = env.force_state(state(p1=(-2.0, 0.0), puck=(-0.9, 0.1), puck_vel=(-50.0, 0.0), hold=(0.0, 0.0)))
     nxt = step(env, td, [0, 0, 0, 0])
@@ -276,7 +278,7 @@ def test_dynamics_are_symmetric_between_the_players():
         games.append(views)
     assert len(games[0]) == len(games[1]) > 10
     caught = 0
-    for (obs_a, opp_a, _), (obs_b, opp_b, _) in zip(*games):
+    for (obs_a, opp_a, _), (obs_b, opp_b, _) in zip(*games, strict=True):
         torch.testing.assert_close(obs_a, opp_b, atol=1e-4, rtol=0)
         torch.testing.assert_close(opp_a, obs_b, atol=1e-4, rtol=0)
         caught += int(obs_a[0, 16:18].sum() > 0)
@@ -286,7 +288,8 @@ def test_dynamics_are_symmetric_between_the_players():
 # ---------------------------------------------------------------- seeding
 
 
-@pytest.mark.parametrize("kwargs", [{"max_steps": 30}, {"mode": "TRAIN_DEFENSE", "opponent": "strong", "max_steps_train": 20}])
+@pytest.mark.parametrize("kwargs", [{"max_steps": 30},
+                                    {"mode": "TRAIN_DEFENSE", "opponent": "strong", "max_steps_train": 20}])
 def test_rows_do_not_depend_on_batch_size(kwargs):
     cfg = HockeyConfig(**kwargs)
     b, steps = 256, 70
@@ -331,7 +334,8 @@ def play(agent, opponent: str, steps: int = 400, b: int = 256) -> tuple[int, int
         td["action"] = agent(td["observation"]) if agent is not None else torch.rand(b, 4, generator=gen) * 2 - 1
         out, td = env.step_and_maybe_reset(td)
         winner = out["next", "report", "winner"][out["next", "done"]]
-        wins, losses, draws = wins + int((winner > 0).sum()), losses + int((winner < 0).sum()), draws + int((winner == 0).sum())
+        wins, losses = wins + int((winner > 0).sum()), losses + int((winner < 0).sum())
+        draws += int((winner == 0).sum())
     return wins, losses, draws
 
 

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-import envs.hockey.env as hockey_env
+import envs.hockey.puck as hockey_puck
 from envs.hockey import HockeyConfig
 from envs.hockey.constants import MAX_ANGLE, MAX_TIME_KEEP_PUCK, SHOT_SPEED
 from envs.hockey.contact import ROUNDING, distance_to_racket, sweep, sweep_near
@@ -18,7 +18,7 @@ from envs.hockey.contact import ROUNDING, distance_to_racket, sweep, sweep_near
 CASES = 4096
 
 
-def random_shots(moving: bool, seed: int) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D103
+def random_shots(moving: bool, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Agent observations ``[N, 18]``: player 1's racket near (-2, 0) at a random angle (still, or moving at up to
     8 m/s and turning at up to 5 rad/s), the puck 1.6 m away in any direction, shot at up to ``SHOT_SPEED`` at a
     point of the racket polygon (so its straight path crosses the racket); player 2 far away. Also returns the
@@ -128,7 +128,7 @@ def test_sweeping_all_elements_gives_the_selected_sweep(monkeypatch):
     obs, _ = random_shots(True, seed=2)
     runs = []
     for select in (True, False):
-        monkeypatch.setattr(hockey_env, "sweep_near", lambda *args, _s=select: sweep_near(*args, select=_s))
+        monkeypatch.setattr(hockey_puck, "sweep_near", lambda *args, _s=select: sweep_near(*args, select=_s))
         env = HockeyConfig(mode="NORMAL", opponent="weak", w_closeness=0.0).make(obs.shape[0], 0)
         td, seen = env.force_state(obs), []
         for _ in range(8):

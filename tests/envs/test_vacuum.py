@@ -85,7 +85,8 @@ def test_rollout_shapes_and_mask():
     first_done = out["next", "done"][0, :, 0].nonzero()
     if len(first_done):
         t = int(first_done[0])
-        assert out["next", "reward"][0, : t + 1].sum() == pytest.approx(25 * float(out["next", "report", "cleaned_fraction"][0, t]))
+        cleaned = float(out["next", "report", "cleaned_fraction"][0, t])
+        assert out["next", "reward"][0, : t + 1].sum() == pytest.approx(25 * cleaned)
 
 
 @pytest.mark.parametrize("transformed", [False, True])
@@ -244,10 +245,10 @@ def reference_step(n: int, position: list[int], target: list[int]) -> tuple[list
     the outcome: movers with the same target, swapping movers, and a mover that stayed with the robot
     that stays in its target cell. Returns (moved, collided, pairs)."""
     r = len(position)
-    attempted = [t != p for t, p in zip(target, position)]
+    attempted = [t != p for t, p in zip(target, position, strict=True)]
     moving = list(attempted)
     while True:
-        end = [t if m else p for t, p, m in zip(target, position, moving)]
+        end = [t if m else p for t, p, m in zip(target, position, moving, strict=True)]
         stop = {k for i, j in itertools.combinations(range(r), 2)
                 if end[i] == end[j] or (end[i] == position[j] and end[j] == position[i] and moving[i] and moving[j])
                 for k in (i, j)}
@@ -417,8 +418,11 @@ def reference_observation(cfg: VacuumConfig, position, energy, dirt, t: int) -> 
     return torch.tensor(rows, dtype=torch.float64)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"grid_size": 4, "num_robots": 3, "energy": [30, 5, 7], "chargers": [(0, 0), (3, 3)]},
-                                    {"grid_size": 3, "num_robots": 2, "energy": [4, 4], "chargers": [], "max_steps": 7}])
+@pytest.mark.parametrize("kwargs", [
+    {},
+    {"grid_size": 4, "num_robots": 3, "energy": [30, 5, 7], "chargers": [(0, 0), (3, 3)]},
+    {"grid_size": 3, "num_robots": 2, "energy": [4, 4], "chargers": [], "max_steps": 7},
+])
 def test_observation_matches_the_documented_layout(kwargs):
     """The observation (built by one matrix product) against a value-by-value construction, on random states."""
     cfg = VacuumConfig(**kwargs)

@@ -108,7 +108,8 @@ def test_multi_agent_networks_check_and_take_the_number_of_agents():
     with pytest.raises(ValueError, match=r"^model\.init_args\.network\.init_args\.num_agents=3 but the env "
                                          r"\(VacuumConfig\) has 4 agents \(env\.num_agents=4"):
         DQNModule(MultiAgentQNetwork(3), **keys).check_env(vacuum)
-    with pytest.raises(ValueError, match=r"^model\.init_args\.network\.class_path=modules\.dqn\.MultiAgentQNetwork "
+    with pytest.raises(ValueError, match=r"^model\.init_args\.network\.class_path="
+                                         r"modules\.q_networks\.MultiAgentQNetwork "
                                          r"is a multi-agent network, but the env \(TestEnv-v0\) has one agent"):
         DQNModule(MultiAgentQNetwork()).check_env(_specs(**CARTPOLE))
     for sharing in (True, False):

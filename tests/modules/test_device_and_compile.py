@@ -61,6 +61,11 @@ def _transitions(n: int) -> TensorDict:
                       action=torch.randint(2, (n,), generator=generator), next=nxt, batch_size=[n])
 
 
+def _shifted(batch: TensorDict, offset: float) -> TensorDict:
+    """``batch`` with ``offset`` added to every float entry."""
+    return batch.apply(lambda x: x + offset if x.is_floating_point() else x)
+
+
 def test_compiled_update_gives_the_eager_loss_and_gradients_on_cpu():
     """``model.compile: true`` on a CPU machine is harmless: the same loss, TD errors and gradients as the eager
     update (to float32 rounding) on the same batch."""
@@ -91,8 +96,7 @@ def test_cuda_graph_modes_hand_out_copies_that_outlive_the_next_update(monkeypat
         torch.manual_seed(0)
         module = DQNModule(QNetwork(2, (32,)), compile=compile, compile_mode="reduce-overhead" if compile else None)
         module.build(Categorical(2), TensorDict(observation=torch.zeros(2, 4), batch_size=[2]))
-        outputs = [module.update_loss(_transitions(64).apply(lambda x: x + k if x.is_floating_point() else x))
-                   for k in range(3)]
+        outputs = [module.update_loss(_shifted(_transitions(64), k)) for k in range(3)]
         results.append(torch.stack([td_error.detach() for _, td_error in outputs]))
     assert len(marks) == 3
     torch.testing.assert_close(results[1], results[0])

@@ -47,7 +47,7 @@ def test_encoding_without_trailing_undecided_customers_equals_the_padded_encodin
     padded, padded_grads = _outputs_and_grads(net, obs, net._encode)
     grouped, grouped_grads = _outputs_and_grads(net, obs, net.encode)
     torch.testing.assert_close(grouped, padded, rtol=1e-5, atol=1e-6)
-    for a, b in zip(grouped_grads, padded_grads):
+    for a, b in zip(grouped_grads, padded_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 

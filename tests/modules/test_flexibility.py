@@ -73,7 +73,7 @@ def test_uninformative_outcomes_do_not_train():
     model = FlexibilityModel(4, 4)
     before = [p.clone() for p in model.parameters()]
     assert math.isnan(fit_outcomes(model, data, 2, 128, 1e-2, torch.Generator()))
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
 def test_initial_weights_do_not_depend_on_the_global_rng():
@@ -81,4 +81,4 @@ def test_initial_weights_do_not_depend_on_the_global_rng():
     a = FlexibilityModel(4, 4)
     torch.manual_seed(2)
     b = FlexibilityModel(4, 4)
-    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))

@@ -83,7 +83,7 @@ def test_an_env_step_without_resets_reads_the_host_once(name, monkeypatch):
     shortcut, sweeping only the rackets near the puck, is switched to the GPU's sweep of all of them; the first steps,
     which cache constants on the device once, are not counted.)"""
     if name == "hockey":
-        import envs.hockey.env as hockey
+        import envs.hockey.puck as hockey
         monkeypatch.setattr(hockey, "sweep_near", functools.partial(hockey.sweep_near, select=False))
     config = {"dvrp": DVRPConfig(), "hockey": HockeyConfig(), "vacuum": VacuumConfig()}[name]
     torch.manual_seed(0)

@@ -61,7 +61,8 @@ def test_gae_matches_hand_computation(terminated_last):
     adv1 = deltas[1] + gamma * lam * adv2
     adv0 = deltas[0] + gamma * lam * adv1
     torch.testing.assert_close(out["advantage"].flatten(), torch.tensor([adv0, adv1, adv2]))
-    torch.testing.assert_close(out["value_target"].flatten(), torch.tensor([adv0, adv1, adv2]) + torch.tensor(values[:3]))
+    torch.testing.assert_close(out["value_target"].flatten(),
+                               torch.tensor([adv0, adv1, adv2]) + torch.tensor(values[:3]))
 
 
 def _torchrl_actor(module: PPOModule) -> ProbabilisticActor:
@@ -140,7 +141,8 @@ def test_loss_step_gives_finite_gradients_everywhere():
     out = module.loss(batch)
     (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
     grads = {name: p.grad for name, p in module.named_parameters()}
-    assert all(g is not None and torch.isfinite(g).all() for g in grads.values()), [n for n, g in grads.items() if g is None]
+    missing = [n for n, g in grads.items() if g is None]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads.values()), missing
     assert sum(float(g.abs().sum()) > 0 for g in grads.values()) == len(grads)
     assert torch.isfinite(batch["action_log_prob"]).all()
 

@@ -50,7 +50,8 @@ def test_one_update_moves_actor_critics_temperature_and_targets(discrete):
     assert {k.split(".")[2] for k in moved if k.startswith("critics.nets")} == {"0", "1"}  # both twin critics
     assert "log_alpha" in moved
     assert not any(k.startswith("network.critic") for k in moved)  # the template is not trained
-    assert any(not torch.equal(p, q) for p, q in zip(module.target.parameters(), target_before))  # soft update
+    target_now = module.target.parameters()
+    assert any(not torch.equal(p, q) for p, q in zip(target_now, target_before, strict=True))  # soft update
     # the collector's actions respect the spec: in [-2, 2] (tanh squashing to the bounds) or valid indices
     with torch.no_grad():
         acted = module.collector_policy(TensorDict(observation=torch.randn(256, 3) * 10, batch_size=[256]))["action"]
@@ -94,7 +95,8 @@ def test_pendulum_config_runs_resumes_and_evaluates(tmp_path, capsys):
 @pytest.mark.slow
 def test_pendulum_config_reaches_its_goal(tmp_path):
     """The full config (20,000 frames, about 4 min on 1 thread): best greedy return above -200."""
-    cli = main(["--config", PENDULUM, "--trainer.enable_progress_bar=false", f"--trainer.logger.init_args.save_dir={tmp_path}",
+    cli = main(["--config", PENDULUM, "--trainer.enable_progress_bar=false",
+                f"--trainer.logger.init_args.save_dir={tmp_path}",
                 "--trainer.callbacks=[]", "--trainer.callbacks+=callbacks.PolicyEvaluation",
                 "--trainer.callbacks.every_n_frames=4000", "--trainer.callbacks.num_envs=10"])
     assert cli.model.latest_metrics  # ran

@@ -66,8 +66,8 @@ def test_continuous_sac_loss_equals_torchrl(weighted, terminal_only):
     spec = Bounded(-2.0, 2.0, shape=(2,))
     nets = SACNetworks((16,), (16,))
     nets.build(2, discrete=False)
-    actor = ProbabilisticActor(TensorDictModule(nets.actor, ["observation"], ["loc", "scale"]), in_keys=["loc", "scale"],
-                               spec=spec, distribution_class=TanhNormal,
+    actor = ProbabilisticActor(TensorDictModule(nets.actor, ["observation"], ["loc", "scale"]),
+                               in_keys=["loc", "scale"], spec=spec, distribution_class=TanhNormal,
                                distribution_kwargs={"low": spec.space.low, "high": spec.space.high})
     critic = ValueOperator(nets.critic, in_keys=["observation", "action"])
     batch = _batch(spec.rand((N,)), weighted)

@@ -59,7 +59,8 @@ def smoke_run(tmp_path_factory) -> dict:
     proc = run_module("pipelines.fit", "--config", SMOKE, f"--trainer.logger.init_args.save_dir={out}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     log_dir = out / "dvrp_smoke" / "version_0"
-    return {"dir": log_dir, "last": str(log_dir / "checkpoints" / "last.ckpt"), "stdout": proc.stdout, "stderr": proc.stderr,
+    return {"dir": log_dir, "last": str(log_dir / "checkpoints" / "last.ckpt"),
+            "stdout": proc.stdout, "stderr": proc.stderr,
             "events": glob.glob(str(log_dir / "events.out.tfevents.*"))}
 
 

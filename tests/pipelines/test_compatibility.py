@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from envs.games import emulators
-from envs.games import GameConfig
+from envs.games import GameConfig, emulators
 from envs.gym import GymConfig
 from modules.base import RLModule
 from modules.sac import SACModule, SACNetworks
@@ -85,8 +84,8 @@ def _rejected(tmp_path, capsys, config: str, *overrides: str) -> str:
      r"^error: model\.class_path=modules\.ppo\.PPOModule trains single-agent envs, but the env \(VacuumConfig\) has 2 "
      r"agents"),
     (DQN, [f'--model.init_args.network={json.dumps({"class_path": "modules.dqn.MultiAgentQNetwork"})}'],
-     r"^error: model\.init_args\.network\.class_path=modules\.dqn\.MultiAgentQNetwork is a multi-agent network, but "
-     r"the env \(CartPole-v1\) has one agent"),
+     r"^error: model\.init_args\.network\.class_path=modules\.q_networks\.MultiAgentQNetwork is a multi-agent "
+     r"network, but the env \(CartPole-v1\) has one agent"),
 ], ids=["acrobot-num_actions-2", "cartpole-num_actions-3", "ppo-pendulum", "dqn-pendulum", "hidden_dims-negative",
         "sac-hidden_dims-zero", "missing-action_mask", "sac-missing-observation", "vacuum-num_agents-3",
         "ppo-vacuum", "multi-agent-network-cartpole"])
@@ -151,6 +150,6 @@ def test_num_actions_taken_from_the_env_trains_acrobot_and_evaluates(tmp_path):
     loaded = RLModule.load_from_checkpoint(last)
     assert loaded.network.advantage.out_features == 3
     assert all(torch.equal(a, b) for a, b in zip(loaded.network.state_dict().values(),
-                                                  cli.model.network.state_dict().values()))
+                                                  cli.model.network.state_dict().values(), strict=True))
     table = evaluate(["--ckpt_path", last, "--episodes", "2", "--num_envs", "2", "--policies"])
     assert set(table) == {"dqn"} and -500 <= table["dqn"]["mean_return"] <= 0

@@ -60,7 +60,7 @@ def test_ddp_two_nodes_on_loopback(tmp_path):
     finally:
         for node in nodes:
             node.kill()
-    for node, (_, err) in zip(nodes, outputs):
+    for node, (_, err) in zip(nodes, outputs, strict=True):
         assert node.returncode == 0, err[-4000:]
     ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert all(r["world"] == 2 for r in ranks)

@@ -59,7 +59,8 @@ def test_same_seed_gives_same_episodes(smoke_run, tmp_path, capsys):
 
 
 def test_evaluate_on_solomon_files(smoke_run, tmp_path, capsys, solomon_dir):
-    table, routes, stdout = _evaluate(smoke_run, tmp_path, capsys, "--instances", str(solomon_dir / "solomon_txt" / "R2*.txt"),
+    files = str(solomon_dir / "solomon_txt" / "R2*.txt")
+    table, routes, stdout = _evaluate(smoke_run, tmp_path, capsys, "--instances", files,
                                       "--policies", "preferred", "fallback")
     assert "instances" in stdout
     for episode in routes["episodes"]:
@@ -260,10 +261,11 @@ def test_size_table_benchmark(smoke_run, capsys):
     from benchmarks.dvrp_sizes import main as sizes
 
     table = sizes(["--ckpt_path", smoke_run["last"], "--days", "N30", "N50", "--episodes", "6",
-                   "--policies", "fallback", "clairvoyant", "--hindsight_seconds_per_customer", "0.01", "--workers", "1"])
+                   "--policies", "fallback", "clairvoyant", "--hindsight_seconds_per_customer", "0.01",
+                   "--workers", "1"])
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == table
     assert set(table) == {"N30", "N50"}
-    for days, rows in table.items():
+    for _days, rows in table.items():
         assert set(rows) == {"dvrp_smoke/version_0", "fallback", "clairvoyant", "hindsight"}
         for policy, row in rows.items():
             assert row["seconds_per_episode"] > 0

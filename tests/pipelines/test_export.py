@@ -59,7 +59,8 @@ def _check_round_trip(ckpt: str, data, tmp_path) -> None:
         with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
             expected = module.collector_policy(_as_td(keys, inputs))["action"]
         assert torch.equal(scripted(*inputs), expected)
-        onnx_action = session.run(["action"], {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)})[0]
+        feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs, strict=True)}
+        onnx_action = session.run(["action"], feeds)[0]
         if expected.dtype.is_floating_point:
             np.testing.assert_allclose(onnx_action, expected.numpy(), rtol=1e-5, atol=1e-6)
         else:
@@ -79,7 +80,7 @@ def _as_td(keys, inputs):
     from tensordict import TensorDict
 
     td = TensorDict({}, batch_size=inputs[0].shape[:1])
-    for key, value in zip(keys, inputs):
+    for key, value in zip(keys, inputs, strict=True):
         td.set(key, value.clone())
     return td
 

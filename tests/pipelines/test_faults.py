@@ -91,7 +91,8 @@ def _run_with_fault(tmp_path, fault, *extra: str, raise_error: bool = False, run
         if proc.poll() is None:
             proc.kill()
     deadline = time.monotonic() + 10  # orphaned workers notice the learner's end; its resource tracker unlinks
-    while (any(_alive(pid) for pid in pids["workers"]) or any(map(os.path.exists, shm))) and time.monotonic() < deadline:
+    while ((any(_alive(pid) for pid in pids["workers"]) or any(map(os.path.exists, shm)))
+           and time.monotonic() < deadline):
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in pids["workers"]), "a worker process outlived the run"
     assert not [path for path in shm if os.path.exists(path)], "shared-memory files left behind"

@@ -134,7 +134,8 @@ def test_embedding_update_without_a_model_is_rejected(tmp_path):
 
 def test_missing_oracle_checkpoint_is_rejected(tmp_path):
     missing = str(tmp_path / "no_oracle.ckpt")
-    _fails_before_training(run_module("pipelines.fit", "--config", SMOKE, "--data.init_args.env.init_args.oracle=neural",
+    _fails_before_training(run_module("pipelines.fit", "--config", SMOKE,
+                                      "--data.init_args.env.init_args.oracle=neural",
                                       f"--data.init_args.env.init_args.oracle_checkpoint={missing}",
                                       f"--trainer.logger.init_args.save_dir={tmp_path}"), missing, "no such file")
 
@@ -198,7 +199,8 @@ def test_tensorboard_holds_the_config_and_reference_charts(smoke_run):
     start = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
     hparams = plugin_data_pb2.HParamsPluginData.FromString(start).session_start_info.hparams
     assert hparams["env.num_customers"].number_value == 30 and hparams["model.class"].string_value == "PPOModule"
-    assert hparams["model.network.embed_dim"].number_value == 32 and hparams["data.frames_per_batch"].number_value == 480
+    assert hparams["model.network.embed_dim"].number_value == 32
+    assert hparams["data.frames_per_batch"].number_value == 480
     layout = layout_pb2.Layout.FromString(events.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0])
     charts = {c.title: list(c.multiline.tag) for category in layout.category for c in category.chart}
     assert charts["embedding accuracy"] == ["embedding/accuracy", "embedding/bayes_accuracy"]
@@ -233,7 +235,8 @@ def test_the_large_config_trains_on_days_of_mixed_sizes(tmp_path):
     """configs/dvrp_large.yaml as shipped, but for the budget and batch: its days of 30, 50 and 100 customers are
     collected and trained on together, the periodic evaluation plays them, and the run's checkpoint plays a
     200-customer day with 14 vehicles (an env of other N and M than any it trained on)."""
-    small = ["--data.init_args.num_envs=6", "--data.init_args.frames_per_batch=600", "--data.init_args.total_frames=1200",
+    small = ["--data.init_args.num_envs=6", "--data.init_args.frames_per_batch=600",
+             "--data.init_args.total_frames=1200",
              "--data.init_args.mini_batch_size=300", "--trainer.callbacks=[]",
              "--trainer.callbacks+=callbacks.EmbeddingUpdate", "--trainer.callbacks.every_n_frames=600",
              "--trainer.callbacks+=callbacks.PolicyEvaluation", "--trainer.callbacks.every_n_frames=600",

@@ -98,7 +98,8 @@ def test_the_nature_cnn_takes_the_games_number_of_actions():
         assert module.network.encode(torch.zeros(3, 5, 4, 84, 84, dtype=torch.uint8)).shape == (3, 5, 512)
     wrong = PPOModule(NatureCNNActorCritic(num_actions=4), action_mask_key=None)
     env = make_env(GameConfig("ALE/Pong-v5"), 1, 0)
-    with pytest.raises(ValueError, match=r"model\.init_args\.network\.init_args\.num_actions=4 but the env has 6 actions"):
+    with pytest.raises(ValueError,
+                       match=r"model\.init_args\.network\.init_args\.num_actions=4 but the env has 6 actions"):
         wrong.build_on(EnvSpecs.of(env))
     env.close()
 

@@ -51,7 +51,8 @@ def test_split_agents_gives_one_row_per_env_and_robot():
             assert torch.equal(row["next", "reward"], batch["next", "reward"][e, :, i])
             assert torch.equal(row["agent_id"][:, i], torch.ones(4))
             assert torch.equal(row["next", "done"], batch["next", "done"][e])  # the env's, repeated
-            assert torch.equal(row["next", "report", "cleaned_fraction"], batch["next", "report", "cleaned_fraction"][e])
+            assert torch.equal(row["next", "report", "cleaned_fraction"],
+                               batch["next", "report", "cleaned_fraction"][e])
     bad = batch.clone()
     bad["extra"] = torch.zeros(2, 4, 5)
     with pytest.raises(ValueError, match="expected the agent dim"):

@@ -185,7 +185,7 @@ def test_ppo_trains_on_the_actors_in_synchronous_rounds(cluster, tmp_path, monke
     assert cli.model.collected_frames == 1024 and len(probe.seen) == 4
     assert [s["versions"] for s in probe.seen] == [[i] for i in range(4)]
     assert len(set(probe.seen[0]["nodes"])) == 2
-    assert any(not torch.equal(a, b) for a, b in zip(probe.initial, cli.model.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(probe.initial, cli.model.parameters(), strict=True))
 
 
 def test_a_stuck_actor_stops_the_run_after_the_timeout(cluster, tmp_path, monkeypatch):

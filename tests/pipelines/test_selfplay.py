@@ -66,7 +66,7 @@ def test_pool_is_bounded_checkpointed_and_played(tmp_path):
          callbacks=[probe])
     pool, next_frames = probe.value
     assert len(pool) == len(saved["pool"]) > 0 and next_frames == saved["next_frames"]
-    assert all(torch.equal(a[k], b[k]) for a, b in zip(pool, saved["pool"]) for k in a)
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(pool, saved["pool"], strict=True) for k in a)
 
 
 def test_an_env_without_opponents_is_rejected(tmp_path):
@@ -74,7 +74,8 @@ def test_an_env_without_opponents_is_rejected(tmp_path):
 
     with pytest.raises(ValueError, match="SelfPlay needs an env with opponents"):
         main(["--config", str(REPO / "configs" / "cartpole_dqn.yaml"), "--trainer.logger=false",
-              f"--trainer.default_root_dir={tmp_path}", "--trainer.callbacks=[]", "--trainer.callbacks+=callbacks.SelfPlay",
+              f"--trainer.default_root_dir={tmp_path}", "--trainer.callbacks=[]",
+              "--trainer.callbacks+=callbacks.SelfPlay",
               "--data.init_args.total_frames=2048"])
 
 
@@ -86,7 +87,8 @@ def test_hockey_configs_run(tmp_path, name):
     cli = main(["--config", str(REPO / "configs" / f"{name}.yaml"), f"--trainer.logger.init_args.save_dir={tmp_path}",
                 "--data.init_args.total_frames=640", "--data.init_args.init_random_frames=256",
                 "--data.init_args.num_envs=8", "--data.init_args.frames_per_batch=64", "--data.init_args.utd_ratio=1",
-                "--model.init_args.network.init_args." + ("actor_hidden_dims=[16]" if name == "hockey_sac" else "hidden_dims=[16]")])
+                "--model.init_args.network.init_args."
+                + ("actor_hidden_dims=[16]" if name == "hockey_sac" else "hidden_dims=[16]")])
     assert cli.model.collected_frames == 640 and cli.trainer.global_step == (640 - 256) // 64
     # the SAC curriculum starts (and stays on this budget) in its shooting phase, without self-play draws;
     # hockey_dqn plays the weak opponent only (no SelfPlay callback: the flag was never set)

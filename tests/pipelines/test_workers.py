@@ -98,7 +98,7 @@ def test_one_asynchronous_worker_collects_while_the_learner_trains(tmp_path):
     assert clis[0].model.collected_frames == 640 and clis[0].trainer.global_step == (640 - 128) // 32
     assert len(batches.batches) == 20 and all(batch.shape == (8, 4) for batch in batches.batches)
     checked = 0
-    for previous, batch in zip(batches.batches, batches.batches[1:]):
+    for previous, batch in zip(batches.batches, batches.batches[1:], strict=False):
         going_on = ~previous["next", "done"][:, -1].squeeze(-1)  # rows whose episode did not end at the last step
         assert torch.equal(batch["observation"][going_on, 0], previous["next", "observation"][going_on, -1])
         checked += int(going_on.sum())
@@ -108,7 +108,7 @@ def test_one_asynchronous_worker_collects_while_the_learner_trains(tmp_path):
         assert (batch["policy_version"] == k - 1).all(), (k, batch["policy_version"])
     first, second = (cli.model.state_dict() for cli in clis)
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
-    assert all(torch.equal(a["action"], b["action"]) for a, b in zip(batches.batches, runs[1][0].batches))
+    assert all(torch.equal(a["action"], b["action"]) for a, b in zip(batches.batches, runs[1][0].batches, strict=True))
     # the next batch was waiting at the end of most (slowed) training steps: collected while the learner trained
     assert len(batches.waiting) == 16 and sum(batches.waiting) >= 12, batches.waiting
 
@@ -183,7 +183,7 @@ def test_calls_and_weights_between_batches_reach_the_worker_envs():
         return batches
 
     local, remote, unchanged = collect(False, True), collect(True, True), collect(False, False)
-    for a, b in zip(local, remote):
+    for a, b in zip(local, remote, strict=True):
         assert torch.equal(a["action"], b["action"])
         assert torch.equal(a["next", "observation"], b["next", "observation"])
         assert torch.equal(a["next", "reward"], b["next", "reward"])

@@ -77,7 +77,8 @@ def test_a_budget_below_the_first_update_is_refused_before_anything_is_written(t
 
 @pytest.mark.parametrize("args,needle", [
     (("--trainer.max_epoch=2",), "unrecognized option --trainer.max_epoch (did you mean --trainer.max_epochs?)"),
-    (("--trainer.max_epochs=2",), "trainer.max_epochs=2 is not allowed: the run's budget is data.init_args.total_frames"),
+    (("--trainer.max_epochs=2",),
+     "trainer.max_epochs=2 is not allowed: the run's budget is data.init_args.total_frames"),
     (("--ckpt=x",), "unrecognized option --ckpt (did you mean --ckpt_path?)"),
     (("--model.init_args.network.init_args.hiden=3",),
      "model.init_args.network.init_args.hiden: no such key of modules.dqn.QNetwork (did you mean hidden_dims?)"),
@@ -115,7 +116,8 @@ def test_a_run_folder_is_written_by_one_run_at_a_time(tmp_path, capsys):
     assert fd is not None and lock_run_folder(str(run)) is None
     try:
         with pytest.raises(SystemExit) as stop:
-            _cartpole(tmp_path, "--data.init_args.total_frames=1400", f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}")
+            _cartpole(tmp_path, "--data.init_args.total_frames=1400",
+                      f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}")
     finally:
         os.close(fd)
     assert stop.value.code == 2 and "is in use by another run" in capsys.readouterr().err
@@ -218,7 +220,8 @@ def test_a_full_disk_stops_the_run_with_one_line(tmp_path, capsys):
         pytest.skip("cannot mount a tmpfs here")
     try:
         with pytest.raises(SystemExit) as stop:
-            fit(["--config", CARTPOLE, f"--trainer.logger.init_args.save_dir={tiny}", "--trainer.enable_progress_bar=false",
+            fit(["--config", CARTPOLE, f"--trainer.logger.init_args.save_dir={tiny}",
+                 "--trainer.enable_progress_bar=false",
                  "--data.init_args.total_frames=1500"])
     finally:
         subprocess.run(["umount", str(tiny)], capture_output=True)

@@ -1,0 +1,38 @@
+"""How a fit stops early on SIGINT or SIGTERM: at the next step boundary (nothing interrupted midway), with a
+last-resort deadline (:data:`STOP_GRACE_S`), and an exit status of 128 + the signal's number."""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+
+import lightning as L
+
+from pipelines.data import RLDataModule
+
+STOP_GRACE_S = 30  # seconds from a stop signal to the forced exit, if the run has not ended by then
+
+
+def on_stop_signal(data: RLDataModule, signum: int, frame) -> None:
+    """SIGINT or SIGTERM: ask training to stop at the next step boundary (nothing is interrupted midway, so no
+    library is left holding a lock), and arm the :data:`STOP_GRACE_S` deadline; a second SIGINT interrupts at
+    once. (It writes with ``os.write``: a print could re-enter a stream the interrupted code is writing to.)"""
+    name = signal.Signals(signum).name
+    if data.stop_request is not None:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        return
+    data.request_stop(name)
+    faulthandler.dump_traceback_later(STOP_GRACE_S, exit=True)
+    os.write(2, f"{name}: training stops after the current step (Ctrl+C again to stop at once)\n".encode())
+
+
+def stopped(trainer: L.Trainer, collected_frames: int, signal_name: str) -> None:
+    """Say why the run stopped and where its last checkpoint is, then exit with 128 + the signal's number."""
+    callback = trainer.checkpoint_callback
+    last = getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "") or "none written"
+    print(f"training stopped by {signal_name} at {collected_frames} frames, optimiser step "
+          f"{trainer.global_step}; last checkpoint: {last} (resume with --ckpt_path)", file=sys.stderr, flush=True)
+    raise SystemExit(128 + signal.Signals[signal_name])

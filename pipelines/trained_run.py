@@ -1,0 +1,122 @@
+"""A trained run loaded to be played, on any device and whatever it trained on: its fit configs set to play here
+(:data:`PLAY_HERE`), its checkpoint checked as ``pipelines.fit --ckpt_path`` checks it (the env may differ), its
+weights and its learned env model loaded (``pipelines.evaluate``, benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+from jsonargparse import Namespace
+
+from modules.base import RLModule
+from pipelines.checkpoints import MODEL_KEYS, run_configs, weights_mismatch
+from pipelines.data import RLDataModule
+from pipelines.fit import FitCLI
+from pipelines.parser import config_exit
+
+# what a config's data module and trainer get for playing episodes here: the collector and trainer options meant
+# for the training's hardware (rollout workers, Ray, a compiled or CUDA-graph collector policy, GPUs, DDP) play
+# no part in evaluation, which steps its own envs with the policy in this process
+PLAY_HERE = {"data": {"workers": 0, "collector": "sync", "ray": None, "compile_policy": False,
+                      "cudagraph_policy": False},
+             "trainer": {"accelerator": "cpu", "devices": 1, "strategy": "auto", "num_nodes": 1, "precision": None}}
+
+
+class _EvaluationCLI(FitCLI):
+    """Fit's CLI for an evaluation: the checkpoint must share the model and networks only (the env may differ),
+    and the config is set to play on ``device`` (:data:`PLAY_HERE`, ``data.device``) before anything is built."""
+
+    checkpoint_keys = MODEL_KEYS  # the same model and networks; the env may differ (other instances, sizes)
+    trains = False  # the checkpoint is played, not continued
+
+    def __init__(self, *args, device: str = "cpu", **kwargs) -> None:
+        self.play_device = device
+        super().__init__(*args, **kwargs)
+
+    def before_instantiate_classes(self) -> None:
+        data = (self.config.get("data") or Namespace()).get("init_args") or Namespace()
+        trainer = self.config.get("trainer") or Namespace()
+        for node, values in ((data, {**PLAY_HERE["data"], "device": self.play_device}),
+                             (trainer, PLAY_HERE["trainer"])):
+            for key, value in values.items():
+                if key in node:  # (the keys a data module has: EpisodeDataModule has no collector)
+                    node[key] = value
+        super().before_instantiate_classes()
+
+
+def load_run(configs: str | list[str] | None, ckpt_path: str, overrides: list[str],
+             device: str = "cpu") -> tuple[RLModule, RLDataModule]:
+    """Build model and data module from fit configs (later ones override earlier ones, then the dotted
+    overrides; None: the run's own, :func:`pipelines.checkpoints.run_configs`), set to play on ``device``
+    (:data:`PLAY_HERE`), and load the checkpoint: the weights and the env's learned model (the data module's
+    ``embedding_model``, if any), nothing else of the training's state (the envs' resume positions, which are the
+    training's and fit only its ``num_envs``). The checkpoint is checked as ``pipelines.fit --ckpt_path`` checks
+    it, before anything is built, except that the env may differ from the one it was trained on.
+
+    Returns:
+        The module (eval mode, on ``device``) and the data module (its env on ``device``).
+
+    Raises:
+        FileNotFoundError: a config or the checkpoint does not exist.
+        SystemExit: 2, for a checkpoint that is unreadable, was trained with another config, has weights or an env
+            model that do not fit this config's, or (without ``configs``) has no config beside it or in it (one
+            message).
+    """
+    if configs is None:
+        try:
+            configs, source = run_configs(ckpt_path)
+        except ValueError as err:
+            config_exit(err)
+        print(f"config: {source}", file=sys.stderr)
+    configs = [configs] if isinstance(configs, str) else list(configs)
+    for path, what in [*((c, "config") for c in configs if "\n" not in c), (ckpt_path, "checkpoint")]:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{what} not found: {path!r}")
+    cli = _EvaluationCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                 save_config_callback=None, auto_configure_optimizers=False, device=device,
+                 args=[*(a for c in configs for a in ("--config", c)), f"--ckpt_path={ckpt_path}",  # checked first
+                       "--trainer.logger=false",
+                       "--trainer.enable_checkpointing=false", "--trainer.callbacks=[]", *overrides])
+    model, data = cli.model, cli.datamodule
+    data.setup("validate")
+    model.build_on(data.env_specs())  # (specs on the CPU: the module moves to the device once loaded)
+    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)  # tensors and plain data only
+    try:
+        model.load_state_dict(checkpoint["state_dict"])
+    except RuntimeError as err:
+        mismatch = weights_mismatch(err, ckpt_path)
+        if mismatch is None:
+            raise
+        config_exit(mismatch)
+    env_model = (checkpoint.get(type(data).__qualname__) or {}).get("embedding_model")
+    if env_model is not None:
+        _restore_env_model(data, env_model, ckpt_path)
+    model.to(device)
+    model.eval()
+    return model, data
+
+
+def _restore_env_model(data: RLDataModule, weights: dict, ckpt_path: str) -> None:
+    """Load the checkpoint's env model (e.g. the DVRP flexibility model) into the config's.
+
+    Raises:
+        SystemExit: 2, for a config whose env has no such model or one of other shapes (one message).
+    """
+    if data.embedding_model() is None:
+        config_exit(ValueError(f"--ckpt_path={ckpt_path!r} has a learned env model (embedding_model) but this "
+                               f"config's env has none (was it trained with another env config?)"))
+    try:
+        data.update_embedding(weights)
+    except RuntimeError as err:
+        mismatch = weights_mismatch(err, ckpt_path)
+        if mismatch is None:
+            raise
+        config_exit(ValueError(f"{mismatch} (its env model)"))
+
+
+def run_name(ckpt_path: str) -> str:
+    """A checkpoint's run, for a table label: ``<name>/<version>`` of ``<name>/<version>/checkpoints/x.ckpt``."""
+    parts = os.path.abspath(ckpt_path).split(os.sep)
+    return "/".join(parts[-4:-2]) if len(parts) > 3 and parts[-2] == "checkpoints" else os.path.basename(ckpt_path)
