@@ -43,7 +43,7 @@ from envs.dvrp.baselines import ScriptedOfferPolicy
 from envs.dvrp.neural_oracle import NeuralOracle
 from envs.dvrp.oracle import InsertionOracle
 from envs.dvrp.reference import solve_with_pyvrp
-from envs.vrptw.source import DVRPServedSets
+from envs.vrptw.source import ServedSetInstances
 from pipelines.checkpoints import load_exported_model
 
 FAMILIES = {"R1": ("R1*.txt", 6), "C1": ("C1*.txt", 3), "RC1": ("RC1*.txt", 6)}
@@ -86,7 +86,7 @@ def mean_gap(cost: torch.Tensor, ref: torch.Tensor, ok: torch.Tensor) -> float |
 def family_quality(name: str, config: DVRPConfig, policy, args) -> dict:
     """Gaps and feasible rates of one family (see the module docstring), per ``num_augment`` setting."""
     keys = torch.arange(args.instances, dtype=torch.long) + args.seed
-    source = DVRPServedSets(config, policies=(args.policy,), with_candidate=False)
+    source = ServedSetInstances(config, policies=(args.policy,), with_candidate=False)
     problem = source.sample(keys, stop=torch.full_like(keys, config.num_customers))
     ins_cost, ins_ok = insertion_solve(problem, torch.device("cpu"))
     k = min(args.pyvrp_instances, args.instances)
@@ -133,7 +133,7 @@ def timed(fn, repeats: int) -> float:
 def speed(policy, config: DVRPConfig, batch_sizes: list[int], device: torch.device, args) -> dict:
     """Instances/s of both oracles (neural per ``num_augment``) and DVRP env step times with each, on ``device``."""
     policy = policy.to(device)
-    source = DVRPServedSets(config, policies=(args.policy,), with_candidate=False)
+    source = ServedSetInstances(config, policies=(args.policy,), with_candidate=False)
     out: dict = {"instances_per_s": {"insertion": {}, **{f"neural_augment_{a}": {} for a in args.augment}},
                  "dvrp_step_s": {"insertion": {}, **{f"neural_augment_{a}": {} for a in args.augment}}}
     for b in batch_sizes:

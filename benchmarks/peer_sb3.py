@@ -143,7 +143,7 @@ def dqn_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
       env frames, ``tau`` 1. SB3 copies inside the collection loop, where the online net is frozen,
       so with K = U (RL Zoo: 128 updates per 256 frames) both copy once per training phase, between
       phases: SB3's 256 here is equivalent to RL Zoo's 10 (any value <= 256 copies the same weights).
-    * ``EpsilonDecay`` (linear): ``decay_frames / total_frames`` -> ``exploration_fraction`` (SB3's
+    * ``EpsilonDecay`` (linear): ``annealing_frames / total_frames`` -> ``exploration_fraction`` (SB3's
       schedule is a fraction of ``learn``'s budget), ``eps_init`` / ``eps_end`` ->
       ``exploration_initial_eps`` / ``exploration_final_eps``.
     * ``init_random_frames`` -> ``learning_starts``; ``lr``, ``batch_size``, ``buffer_size``, ``gamma``,
@@ -185,7 +185,7 @@ def dqn_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
         "learning_rate": model["lr"], "buffer_size": data["buffer_size"], "learning_starts": data["init_random_frames"],
         "batch_size": data["batch_size"], "tau": 1.0, "gamma": model["gamma"], "train_freq": frames // num_envs,
         "gradient_steps": utd, "n_steps": model["n_step"], "target_update_interval": max(1, round(k * frames / utd)),
-        "exploration_fraction": eps["decay_frames"] / total_frames, "exploration_initial_eps": eps["eps_init"],
+        "exploration_fraction": eps["annealing_frames"] / total_frames, "exploration_initial_eps": eps["eps_init"],
         "exploration_final_eps": eps["eps_end"], "max_grad_norm": model["max_grad_norm"],
         "policy_kwargs": {"net_arch": list(network["hidden_dims"])},
     }

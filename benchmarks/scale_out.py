@@ -71,7 +71,7 @@ def run(config: str, mode: str, workers: int, frames_per_batch: int, batches: in
         args = ["--config", config, "--trainer.enable_progress_bar=false", "--trainer.logger=false",
                 "--trainer.enable_checkpointing=false", f"--trainer.default_root_dir={tmp}",
                 "--trainer.callbacks=[]", "--trainer.callbacks+=callbacks.EpsilonDecay",
-                "--trainer.callbacks.decay_frames=1000", f"--data.init_args.num_envs={num_envs}",
+                "--trainer.callbacks.annealing_frames=1000", f"--data.init_args.num_envs={num_envs}",
                 f"--data.init_args.frames_per_batch={frames_per_batch}", f"--data.init_args.total_frames={total}",
                 f"--data.init_args.init_random_frames={frames_per_batch}", f"--data.init_args.utd_ratio={utd_ratio}",
                 *extra]

@@ -1,5 +1,6 @@
 """Lightning callbacks, one behaviour each."""
 
+from callbacks.base import RLCallback
 from callbacks.checkpoint import ModelCheckpoint
 from callbacks.curriculum import CurriculumPhases
 from callbacks.embedding import EmbeddingUpdate
@@ -10,4 +11,4 @@ from callbacks.progress import FrameProgressBar
 from callbacks.selfplay import SelfPlay
 
 __all__ = ["CurriculumPhases", "EmbeddingUpdate", "EpsilonDecay", "FrameProgressBar", "ModelCheckpoint",
-           "NonFiniteGuard", "PolicyEvaluation", "SelfPlay"]
+           "NonFiniteGuard", "PolicyEvaluation", "RLCallback", "SelfPlay"]

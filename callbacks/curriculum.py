@@ -34,7 +34,7 @@ class CurriculumPhases(L.Callback):
     On a transition every env of the run gets the new settings at once (an env may apply them from each
     row's next reset, as the hockey env does, so no episode mixes two phases), the replay buffer is
     emptied (the data module's ``clear_replay``) when the new phase has ``clear_buffer: true``, and
-    ``curriculum/phase`` (the index) is logged.
+    ``schedule/curriculum_phase`` (the index) is logged.
     The phase and the frame it began at are in the checkpoint; a resumed run re-applies its phase's
     settings. Under DDP rank 0 decides (it alone evaluates) and the decision is broadcast.
 
@@ -127,5 +127,5 @@ class CurriculumPhases(L.Callback):
             trainer.datamodule.configure_env(settings)
         trainer.datamodule.set_self_play(bool(self.phases[self.phase].get("self_play", False)))
         for logger in pl_module.loggers:
-            logger.log_metrics({"curriculum/phase": float(self.phase)}, step=pl_module.collected_frames)
+            logger.log_metrics({"schedule/curriculum_phase": float(self.phase)}, step=pl_module.collected_frames)
         log.info("curriculum phase %d (%s) from %d frames", self.phase, self.name, pl_module.collected_frames)

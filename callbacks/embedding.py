@@ -11,6 +11,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
+from callbacks.base import RLCallback
 from modules.checks import LEARNING_RATE, check_hparams
 from modules.flexibility import fit_outcomes
 from modules.schedule import FrameSchedule
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 _STORED = ("attributes", "shift", "accepted", "kind")
 
 
-class EmbeddingUpdate(L.Callback):
+class EmbeddingUpdate(RLCallback):
     """Keep the last ``buffer_size`` offer outcomes in a bounded TorchRL replay buffer (filled from
     every collected batch's ``("next", "outcome")`` where ``offered``) and, every ``every_n_frames``
     collected frames, train the data module's ``embedding_model()`` for ``epochs`` passes on them
@@ -82,7 +83,7 @@ class EmbeddingUpdate(L.Callback):
     # ------------------------------------------------------------------ hooks
     def chart_groups(self) -> dict[str, list[str]]:
         """The Bayes classifier's accuracy (the best any model can reach) beside the model's
-        (:mod:`pipelines.board`)."""
+        (:mod:`pipelines.tensorboard_layout`)."""
         return {"embedding accuracy": ["embedding/accuracy", "embedding/bayes_accuracy"]}
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

@@ -93,7 +93,7 @@ class PolicyEvaluation(L.Callback):
         return os.path.join(folder, "best.ckpt")
 
     def chart_groups(self) -> dict[str, list[str]]:
-        """The evaluation return of every setting in the episode-return chart (:mod:`pipelines.board`)."""
+        """The evaluation return of every setting in the episode-return chart (:mod:`pipelines.tensorboard_layout`)."""
         names = [None] if not self.settings else list(self.settings)
         return {"episode return": [f"eval/{n + '/' if n else ''}episode_return" for n in names]}
 

@@ -12,7 +12,7 @@ class NonFiniteGuard(L.Callback):
     """The run stops after ``max_consecutive`` non-finite updates in a row.
 
     Every update whose loss or gradient norm is not finite is skipped by the module
-    (``modules.base.RLModule.optimiser_step``), counted, and logged as ``train/nonfinite_updates``. This callback
+    (``modules.base.RLModule.optimizer_update``), counted, and logged as ``train/nonfinite_updates``. This callback
     reads the count of consecutive ones once per training step. ``pipelines.fit`` adds it with the default
     when a config does not list it; list it to set ``max_consecutive``.
 

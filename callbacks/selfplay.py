@@ -11,6 +11,7 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 from torchrl.envs import ExplorationType, set_exploration_type
 
+from callbacks.base import RLCallback
 from envs import unwrap
 from modules.schedule import FrameSchedule
 
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 KINDS = ("self", "static", "weak", "strong")  # "self": a snapshot of the policy (the env's "policy" opponent)
 
 
-class SelfPlay(L.Callback):
+class SelfPlay(RLCallback):
     """Every ``every_n_frames`` collected frames the current policy's weights join a pool of at most
     ``pool_size`` snapshots (the oldest leaves). After every collected batch, each training env row draws
     who it meets from its next episode on: ``self`` (a snapshot), or a scripted ``static`` / ``weak`` /
@@ -36,8 +37,8 @@ class SelfPlay(L.Callback):
     The env must offer ``set_opponent(kinds per row)`` and ``set_opponent_policy(callable)`` (the hockey
     env); the callback acts through the data module's ``set_opponents`` / ``set_opponent_policy``, so it
     works with in-process envs and with rollout workers (``data.workers``) alike. Pool, draw generator and
-    schedule are in the checkpoint. Logged: ``selfplay/pool_size`` and
-    ``selfplay/share_<kind>`` (the kinds drawn for the batch). Runs the same on every rank (each rank's
+    schedule are in the checkpoint. Logged: ``schedule/self_play_pool_size`` and
+    ``schedule/self_play_share_<kind>`` (the kinds drawn for the batch). Runs the same on every rank (each rank's
     envs draw from their own stream, seeded ``seed + rank``).
 
     Args:
@@ -106,8 +107,7 @@ class SelfPlay(L.Callback):
         self._draw(trainer, pl_module)
 
     def on_batch_collected(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: TensorDict) -> None:
-        frames = pl_module.collected_frames + batch.numel() * trainer.world_size  # counted after this hook
-        if self.schedule.due(frames):
+        if self.schedule.due(pl_module.collected_frames):
             self.snapshot(pl_module)
         self._draw(trainer, pl_module)
 
@@ -141,9 +141,9 @@ class SelfPlay(L.Callback):
         data.set_opponents(["policy" if k == "self" else k for k in kinds])
         for kind in kinds:
             self.drawn[kind] += 1
-        pl_module.record("selfplay/pool_size", float(len(self.pool)))
+        pl_module.record("schedule/self_play_pool_size", float(len(self.pool)))
         for kind in KINDS:
-            pl_module.record(f"selfplay/share_{kind}", sum(k == kind for k in kinds) / len(kinds))
+            pl_module.record(f"schedule/self_play_share_{kind}", sum(k == kind for k in kinds) / len(kinds))
 
 
 class SnapshotPlayer(nn.Module):

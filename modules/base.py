@@ -67,7 +67,7 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
         self.collected_frames = 0  # frames of all ranks (ranks collect in lockstep, equal batches)
         self.finished_episodes = 0  # episodes this rank's envs finished in this process (a statistic, not checkpointed)
         self.latest_metrics: dict[str, float] = {}
-        self.nonfinite_updates: int | Tensor = 0  # updates skipped for a non-finite loss or gradient (optimiser_step)
+        self.nonfinite_updates: int | Tensor = 0  # updates skipped for a non-finite loss or gradient (optimizer_update)
         self.consecutive_nonfinite: int | Tensor = 0  # ... since the last finite one
         self._resume_rng: Tensor | None = None  # a loaded checkpoint's torch RNG state, until restore_rng
         self._sums: dict[str, float | Tensor] = defaultdict(float)
@@ -149,7 +149,7 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
         return batch
 
     def chart_groups(self) -> dict[str, list[str]]:
-        """TensorBoard charts that show a metric with its references (:mod:`pipelines.board`): the training
+        """TensorBoard charts that show a metric with its references (:mod:`pipelines.tensorboard_layout`): the training
         episodes' return beside the evaluation's."""
         return {"episode return": ["rollout/episode_return", "eval/episode_return"]}
 

@@ -192,13 +192,13 @@ class DQNModule(RLModule):
         rows, errors = [], []
         for sample in batch.unbind(0):
             loss, td_error = self.update_loss(sample)
-            grad_norm = self.optimiser_step(optimizer, loss, self.hparams.max_grad_norm)
+            grad_norm = self.optimizer_update(optimizer, loss, self.hparams.max_grad_norm)
             self.target.step()
             rows.append(torch.stack([loss.detach(), grad_norm, td_error.mean()]))
             errors.append(td_error)
         batch.set("td_error", torch.stack(errors))
         self.record_updates(["train/loss", "train/grad_norm", "train/td_error"], rows)
-        self.record("train/epsilon", self.policy.eps)  # a device tensor: read with the other metrics
+        self.record("schedule/epsilon", self.policy.eps)  # a device tensor: read with the other metrics
         return loss.detach()
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

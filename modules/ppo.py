@@ -224,7 +224,7 @@ class PPOModule(RLModule):
         for minibatch in batch:
             out = self.update_loss(minibatch)
             loss = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
-            grad_norm = self.optimiser_step(optimizer, loss, self.hparams.max_grad_norm)
+            grad_norm = self.optimizer_update(optimizer, loss, self.hparams.max_grad_norm)
             scheduler.step()
             rows.append(torch.stack([*(out[k].detach().mean() for k in _RECORDED[:-2]), loss.detach(), grad_norm]))
         self.record_updates([f"train/{k}" for k in _RECORDED], rows)
@@ -233,7 +233,7 @@ class PPOModule(RLModule):
 
     def configure_optimizers(self):
         # fused: one kernel for all parameters, and a non-finite update is skipped inside it (no host read per
-        # update, RLModule.optimiser_step); on a CPU its step took 65 us against 262 us for torch's default
+        # update, RLModule.optimizer_update); on a CPU its step took 65 us against 262 us for torch's default
         # (for-loop) Adam with CartPole's two 64 x 64 MLPs, the same update up to float rounding (about 1e-7)
         optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, fused=True)
         linear = self.hparams.lr_schedule == "linear"

@@ -40,7 +40,7 @@ def ppo_loss(logits: Tensor, value: Tensor, batch: TensorDictBase, clip_epsilon:
     if normalize_advantage and advantage.numel() > 1:
         advantage = (advantage - advantage.mean()) / advantage.std().clamp_min(torch.finfo(torch.float).resolution)
     if mask is None:  # torch's Categorical(logits) log_prob and entropy, its ops without the object (and its checks:
-        # a non-finite loss is skipped and counted by the update, RLModule.optimiser_step)
+        # a non-finite loss is skipped and counted by the update, RLModule.optimizer_update)
         log_p = logits - logits.logsumexp(-1, keepdim=True)
         log_prob = log_p.gather(-1, batch.get("action").long().unsqueeze(-1)).squeeze(-1)
         entropy = -(log_p.clamp(min=torch.finfo(log_p.dtype).min) * torch.softmax(log_p, -1)).sum(-1)

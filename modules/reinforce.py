@@ -3,7 +3,7 @@
 
 Each training step samples one plan per instance with the policy and one greedy plan with a frozen
 baseline copy; the loss is ``mean((cost - baseline_cost) * log p(plan))``. Every
-``eval_interval_frames`` frames both greedy policies are compared on a fixed validation set, and the
+``every_n_frames`` frames both greedy policies are compared on a fixed validation set, and the
 baseline is replaced when the policy is better with significance ``baseline_alpha`` (one-sided paired
 t-test; with hundreds of instances the t distribution is replaced by the normal one).
 """
@@ -51,24 +51,24 @@ class REINFORCEModule(RLModule):
         policy: the routing network.
         lr: Adam learning rate.
         max_grad_norm: global gradient-norm clip.
-        eval_interval_frames: frames between validation / baseline tests.
+        every_n_frames: frames between validation / baseline tests.
         baseline_alpha: significance level of the baseline replacement test.
         eval_batch_size: instances per greedy call during evaluation.
     """
 
     def __init__(self, policy: RoutingPolicy, lr: float = 1e-3, max_grad_norm: float = 1.0,
-                 eval_interval_frames: int = 200_000, baseline_alpha: float = 0.05,
+                 every_n_frames: int = 200_000, baseline_alpha: float = 0.05,
                  eval_batch_size: int = 1024) -> None:
         super().__init__()
         check_hparams(("lr", lr, 0 < lr <= 1, LEARNING_RATE),
                       ("max_grad_norm", max_grad_norm, 0 < max_grad_norm < math.inf, "> 0 and finite"),
-                      ("eval_interval_frames", eval_interval_frames, eval_interval_frames >= 1, ">= 1"),
+                      ("every_n_frames", every_n_frames, every_n_frames >= 1, ">= 1"),
                       ("baseline_alpha", baseline_alpha, 0 < baseline_alpha < 1, "in (0, 1)"),
                       ("eval_batch_size", eval_batch_size, eval_batch_size >= 1, ">= 1"))
         self.save_config("policy")
         self.policy = policy
         self.baseline = copy.deepcopy(policy).requires_grad_(False)
-        self.evaluation_schedule = FrameSchedule(eval_interval_frames)
+        self.evaluation_schedule = FrameSchedule(every_n_frames)
         self.baseline_updates = 0
 
     @property
@@ -81,7 +81,7 @@ class REINFORCEModule(RLModule):
 
     # ------------------------------------------------------------------ update
     def chart_groups(self) -> dict[str, list[str]]:
-        """The greedy baseline's cost beside the sampled plans' (:mod:`pipelines.board`)."""
+        """The greedy baseline's cost beside the sampled plans' (:mod:`pipelines.tensorboard_layout`)."""
         return {"plan cost (km)": ["rollout/cost_km", "rollout/baseline_cost_km"]}
 
     def training_step(self, batch: TensorDict, batch_idx: int) -> Tensor:

@@ -258,7 +258,7 @@ class SACModule(RLModule):
         for sample in batch.unbind(0):
             out = self.update_loss(sample)
             loss = out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]
-            grad_norm = self.optimiser_step(optimizer, loss, self.hparams.max_grad_norm)
+            grad_norm = self.optimizer_update(optimizer, loss, self.hparams.max_grad_norm)
             self.target.step()
             rows.append(torch.stack([*(out[k].detach() for k in _RECORDED), grad_norm]))
             errors.append(out["td_error"].unsqueeze(-1))

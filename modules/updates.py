@@ -40,7 +40,7 @@ class OptimiserUpdates:
         torch.compiler.cudagraph_mark_step_begin()
         return tree_map(lambda x: x.clone() if isinstance(x, Tensor) else x, self._compiled_loss(batch))
 
-    def optimiser_step(self, optimizer, loss: Tensor, max_grad_norm: float) -> Tensor:
+    def optimizer_update(self, optimizer, loss: Tensor, max_grad_norm: float) -> Tensor:
         """One update: zero the gradients, the backward of ``loss``, clip the global gradient norm of the
         optimiser's parameters at ``max_grad_norm``, step. Returns the norm before clipping (a 0-dim tensor).
 
@@ -76,7 +76,7 @@ class OptimiserUpdates:
         and ``optimizer.step()`` in this fit but calls of hooks nobody overrides: a ``SingleDeviceStrategy``, the
         default full precision (``Precision``: no scaler, no autocast), and no callback or this module overriding
         ``on_before_backward``, ``on_after_backward``, ``on_before_optimizer_step`` or (the module) ``backward``.
-        Then :meth:`optimiser_step` calls torch itself, keeping Lightning's count of optimiser steps
+        Then :meth:`optimizer_update` calls torch itself, keeping Lightning's count of optimiser steps
         (``trainer.global_step``): on a CPU Lightning's hook calls took about 0.1 ms of a 1.7 ms DQN update
         (``benchmarks/update_overhead.py``; tested to give the same weights as Lightning's path). Decided once per
         trainer; False without one."""

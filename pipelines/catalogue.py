@@ -43,7 +43,8 @@ def sections() -> dict[str, list[type]]:
     """``{config key: [class, ...]}`` of the classes a config can name."""
     return {"model": subclasses(RLModule), "data": subclasses(RLDataModule),
             "data.init_args.env": subclasses(EnvConfig),
-            "trainer.callbacks": [c for c in subclasses(L.Callback) if c.__module__.startswith("callbacks.")]}
+            "trainer.callbacks": [c for c in subclasses(L.Callback)  # (callbacks.base: the protocol, not a behaviour)
+                                  if c.__module__.startswith("callbacks.") and c.__module__ != "callbacks.base"]}
 
 
 def summary_line(cls: type, width: int = 110) -> str:

@@ -23,6 +23,8 @@ from jsonargparse._common import debug_mode_active
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser
 
+from pipelines.renamed import renamed_key
+
 PACKAGES = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), p) + os.sep
                  for p in ("pipelines", "modules", "envs", "callbacks"))  # the project's own code
 
@@ -81,6 +83,9 @@ def one_line(message: str, options: list[str] = ()) -> str | None:
             if leaf.startswith(_ALTERNATIVES):
                 continue
             option = _NOT_ACCEPTED.match(leaf)
+            if option and class_path and renamed_key(class_path, option.group(1)):
+                new = renamed_key(class_path, option.group(1))
+                return f"{'.'.join([*path, option.group(1)])}: renamed {new} (a key of {class_path})"
             if option and class_path:
                 keys = _class_keys(class_path)
                 close = difflib.get_close_matches(option.group(1), keys, n=1)

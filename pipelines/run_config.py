@@ -17,7 +17,8 @@ from jsonargparse import Namespace
 def add_default_callbacks(trainer: Namespace) -> None:
     """Callbacks and plugins every run has unless its config lists its own: ``callbacks.NonFiniteGuard`` (stops
     a run whose updates keep being non-finite) and ``pipelines.checkpoints.AtomicCheckpointIO`` (checkpoints
-    written atomically). TensorBoard gets its hyper-parameters from :func:`pipelines.board.write_run_header`
+    written atomically). TensorBoard gets its hyper-parameters from
+    :func:`pipelines.tensorboard_layout.write_run_header`
     (the resolved config: the model's, the data pipeline's and the env's settings), so Lightning's own logging of
     the module's (``enable_autolog_hparams``) and its ``hp_metric`` placeholder (a constant -1) are off. With
     ``enable_progress_bar: false`` the config's ``callbacks.FrameProgressBar`` is left out (Lightning refuses a

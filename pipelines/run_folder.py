@@ -14,9 +14,9 @@ from jsonargparse import Namespace
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from pipelines.board import write_run_header
 from pipelines.checkpoints import CONFIG_KEY
 from pipelines.run_config import LOCK_FILE, lock_run_folder
+from pipelines.tensorboard_layout import write_run_header
 
 WRITE_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT)  # a run folder it cannot write
 SHARED_MEMORY = "/dev/shm"  # where multiprocessing's semaphores and torch's shared tensors live (Linux)

@@ -4,6 +4,6 @@ training ground of the DVRP env's neural oracle."""
 
 from envs.vrptw.config import VRPTWConfig
 from envs.vrptw.env import VRPTWEnv
-from envs.vrptw.source import DVRPServedSets
+from envs.vrptw.source import ServedSetInstances
 
-__all__ = ["DVRPServedSets", "VRPTWConfig", "VRPTWEnv"]
+__all__ = ["ServedSetInstances", "VRPTWConfig", "VRPTWEnv"]

@@ -9,11 +9,11 @@ import torch
 from envs.config import EnvConfig
 from envs.dvrp import DVRPConfig
 from envs.vrptw.env import VRPTWEnv
-from envs.vrptw.source import DVRPServedSets
+from envs.vrptw.source import ServedSetInstances
 
 
 class VRPTWConfig(EnvConfig):
-    """VRPTW instances from DVRP episode prefixes (:class:`~envs.vrptw.source.DVRPServedSets`).
+    """VRPTW instances from DVRP episode prefixes (:class:`~envs.vrptw.source.ServedSetInstances`).
 
     Args:
         dvrp: the DVRP problem whose oracle the instances train (its N, M, Q, H, windows).
@@ -40,7 +40,7 @@ class VRPTWConfig(EnvConfig):
         self.unserved_penalty = unserved_penalty
         self.early_return = early_return
         self.stop_exponent = stop_exponent
-        self.source = DVRPServedSets(dvrp, self.policies, stop_exponent=stop_exponent)
+        self.source = ServedSetInstances(dvrp, self.policies, stop_exponent=stop_exponent)
 
     @property
     def num_customers(self) -> int:

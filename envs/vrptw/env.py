@@ -57,7 +57,7 @@ class VRPTWEnv(RowSeededEnv):
     Seeding: row b of an env seeded s draws the instances of keys ``episode_keys(s + b, episode)``.
 
     Args:
-        source: the instance source (e.g. :class:`~envs.vrptw.source.DVRPServedSets`).
+        source: the instance source (e.g. :class:`~envs.vrptw.source.ServedSetInstances`).
         num_envs: B. seed: seed of row 0. unserved_penalty: km per unserved customer.
         early_return: the construction rule of :mod:`envs.routing.construction`. device: torch device.
     """

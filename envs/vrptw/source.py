@@ -1,7 +1,7 @@
 """VRPTW instances as the DVRP env's cost oracle meets them: served sets of DVRP episode prefixes.
 
 Inside the DVRP env the oracle prices a request against the customers served so far, with their
-*agreed* windows (preferred or shifted by +-s slots). :class:`DVRPServedSets` reproduces that
+*agreed* windows (preferred or shifted by +-s slots). :class:`ServedSetInstances` reproduces that
 distribution: it plays DVRP episodes (the batched :class:`~envs.dvrp.DVRPEnv`, insertion oracle) with
 a per-row scripted offer policy and, at a random step t of each row, takes the customers served
 before t plus the request t under one of its windows (a uniformly drawn feasible offer; the preferred
@@ -34,7 +34,7 @@ def _uniform_pick(allowed: Tensor, scores: Tensor, fallback: int) -> Tensor:
     return torch.where(allowed.any(-1), pick, fallback)
 
 
-class DVRPServedSets:
+class ServedSetInstances:
     """Problems (see :mod:`envs.routing.problem`) drawn from DVRP episodes of ``config``.
 
     Args:

@@ -15,9 +15,9 @@ the algorithm trains on:
 
 The stream ends when ``total_frames`` (summed over ranks) have been collected, and stops the trainer.
 
-Callbacks that need the raw collected data implement the optional hook
-``on_batch_collected(trainer, pl_module, batch)``: it receives every collected ``[B, T]`` batch, on
-every rank, before the module processes it (``callbacks.EmbeddingUpdate`` fills its outcome store so).
+Callbacks that need the collected data subclass :class:`callbacks.base.RLCallback`: its
+``on_batch_collected(trainer, pl_module, batch)`` receives every collected batch, on every rank, after the module
+counted and processed it (``callbacks.EmbeddingUpdate`` fills its outcome store so).
 Callbacks act on the training envs through the named methods :meth:`RLDataModule.configure_env`,
 :meth:`~RLDataModule.set_opponents`, :meth:`~RLDataModule.set_opponent_policy` and
 :meth:`~RLDataModule.update_embedding` (:mod:`pipelines.data.env_control`).

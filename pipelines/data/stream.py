@@ -10,6 +10,8 @@ import torch
 from tensordict import TensorDict
 from torch.utils.data import DataLoader, IterableDataset
 
+from callbacks.base import RLCallback
+
 
 class StopRequested(Exception):
     """Training stops early at a step boundary because of a signal (SIGINT, SIGTERM); ``pipelines.fit`` turns
@@ -53,14 +55,13 @@ class FrameStream:
         while module.collected_frames < self.total_frames:
             self.check_stop()
             batch = next(iterator)
-            for callback in self.trainer.callbacks:
-                hook = getattr(callback, "on_batch_collected", None)
-                if hook is not None:
-                    hook(self.trainer, module, batch)
             version = batch.get("policy_version", None)
             batch = module.on_collected(batch)
             if version is not None:  # (recorded after on_collected, which writes the previous batch's metrics)
                 module.record("time/policy_lag", (collector.policy.version - version).float().mean())
+            for callback in self.trainer.callbacks:  # (the frames are counted: collected_frames includes the batch)
+                if isinstance(callback, RLCallback):
+                    callback.on_batch_collected(self.trainer, module, batch)
             yield batch
             if hasattr(collector, "trained"):  # (the training steps on that batch are done)
                 collector.trained()

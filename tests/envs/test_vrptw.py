@@ -13,7 +13,7 @@ from envs.routing import construction
 from envs.routing.problem import distance_matrix, make_problem
 from envs.vrptw.config import VRPTWConfig
 from envs.vrptw.env import VRPTWEnv
-from envs.vrptw.source import DVRPServedSets
+from envs.vrptw.source import ServedSetInstances
 
 
 def hand_problem(num_vehicles: int) -> TensorDict:
@@ -111,7 +111,7 @@ def test_source_is_row_seeded_and_plausible(config):
 
 
 def test_final_served_sets_have_no_candidate():
-    source = DVRPServedSets(DVRPConfig(num_customers=8), policies=("fallback",), with_candidate=False)
+    source = ServedSetInstances(DVRPConfig(num_customers=8), policies=("fallback",), with_candidate=False)
     keys = torch.arange(4)
     problem = source.sample(keys, stop=torch.full_like(keys, 8))
     assert problem.shape == (4,) and problem["present"].shape == (4, 9)
@@ -119,7 +119,7 @@ def test_final_served_sets_have_no_candidate():
 
 def test_unknown_source_policy_is_named():
     with pytest.raises(ValueError, match="nonsense"):
-        DVRPServedSets(DVRPConfig(num_customers=8), policies=("nonsense",))
+        ServedSetInstances(DVRPConfig(num_customers=8), policies=("nonsense",))
 
 
 def test_distance_matrix():

@@ -71,7 +71,7 @@ def test_loss_bootstraps_with_gamma_to_the_power_of_the_steps(terminated):
 
 
 def test_epsilon_schedules():
-    linear = EpsilonDecay("linear", eps_init=1.0, eps_end=0.1, decay_frames=1000)
+    linear = EpsilonDecay("linear", eps_init=1.0, eps_end=0.1, annealing_frames=1000)
     assert [linear.value(f, 0) for f in (0, 500, 1000, 5000)] == pytest.approx([1.0, 0.55, 0.1, 0.1])
     exponential = EpsilonDecay("exponential", eps_init=1.0, eps_end=0.05, decay_rate=0.998)
     assert exponential.value(0, 100) == pytest.approx(0.998**100)

@@ -11,7 +11,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from envs.dvrp import DVRPConfig
-from envs.vrptw.source import DVRPServedSets
+from envs.vrptw.source import ServedSetInstances
 from modules.reinforce import paired_improvement_p_value
 from modules.routing import RoutingPolicy
 from pipelines.checkpoints import load_exported_model
@@ -45,7 +45,7 @@ def simulate(problem, row: int, routes: list[list[int]]) -> tuple[float, bool]:
 
 @pytest.fixture(scope="module")
 def problems():
-    source = DVRPServedSets(DVRPConfig(num_customers=12, num_vehicles=2))
+    source = ServedSetInstances(DVRPConfig(num_customers=12, num_vehicles=2))
     return source.sample(torch.arange(48))
 
 

@@ -78,3 +78,17 @@ def test_a_run_never_overwrites_a_config_it_did_not_create(tmp_path):
     assert "config.yaml exists: a run never overwrites a file it did not create" in run.stderr
     assert (tmp_path / "own" / "config.yaml").read_text() == "mine: 1\n"
     assert os.listdir(tmp_path / "own") == ["config.yaml"]
+
+
+def test_a_renamed_key_stops_with_one_line_naming_its_new_name(tmp_path):
+    config = (REPO / "configs" / "cartpole_dqn.yaml").read_text().replace("annealing_frames", "decay_frames")
+    assert "decay_frames" in config
+    (tmp_path / "old.yaml").write_text(config)
+    run = subprocess.run([sys.executable, "-m", "pipelines.fit", "--config", str(tmp_path / "old.yaml")], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 2, run.stderr[-2000:]
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert re.search(r"decay_frames: renamed annealing_frames \(a key of callbacks\.(epsilon\.)?EpsilonDecay\)",
+                     errors[0]), errors[0]
+    assert sorted(os.listdir(tmp_path)) == ["old.yaml"]

@@ -113,7 +113,7 @@ def test_shared_buffer_run_beats_random_cleaning(tmp_path, sharing):
     10 steps than random ones, on the same 256 episodes, with one shared or one network per robot."""
     cli = main(["--config", VACUUM, "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
                 "--trainer.callbacks+=callbacks.EpsilonDecay", "--trainer.callbacks.schedule=linear",
-                "--trainer.callbacks.decay_frames=3000", "--trainer.callbacks.eps_end=0.05",
+                "--trainer.callbacks.annealing_frames=3000", "--trainer.callbacks.eps_end=0.05",
                 f"--trainer.logger.init_args.save_dir={tmp_path}",
                 f"--data.init_args.env={json.dumps({'class_path': 'envs.vacuum.VacuumConfig', 'init_args': SMALL})}",
                 "--model.init_args.network.init_args.num_agents=2",

@@ -20,7 +20,8 @@ CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
 
 def _run(tmp_path, *extra: str, callbacks: list | None = None):
     return main(["--config", CARTPOLE, "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
-                 "--trainer.callbacks+=callbacks.EpsilonDecay", "--trainer.callbacks.decay_frames=2000",  # eps_end 0.05
+                 "--trainer.callbacks+=callbacks.EpsilonDecay",
+                 "--trainer.callbacks.annealing_frames=2000",  # eps_end 0.05
                  "--trainer.callbacks+=callbacks.ModelCheckpoint",
                  "--trainer.callbacks.every_n_train_steps=20", "--trainer.callbacks.save_top_k=-1",
                  "--data.init_args.init_random_frames=512", "--data.init_args.num_envs=4",
@@ -161,7 +162,7 @@ def test_memmap_storage_writes_to_scratch_dir_and_resumes(tmp_path):
     assert torch.equal(stored, torch.as_tensor(saved["_storage"]["observation"][: length // 4]))
 
 
-def test_checkpoints_follow_optimiser_steps_when_a_training_step_takes_several(tmp_path):
+def test_checkpoints_follow_optimizer_updates_when_a_training_step_takes_several(tmp_path):
     """3 updates per training step, a checkpoint every 10 updates: one after every training step that reached a
     multiple of 10 (steps 12, 21, 30, ...), where Lightning's own rule (the count is a multiple) saves at 30 and 60
     only."""

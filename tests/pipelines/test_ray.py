@@ -15,6 +15,7 @@ import lightning as L
 import pytest
 import torch
 
+from callbacks.base import RLCallback
 from modules.base import RLModule
 from pipelines.data import RLDataModule
 from pipelines.data.off_policy import OffPolicyDataModule
@@ -72,7 +73,7 @@ def test_actor_batches_leave_as_one_buffer():
     assert (received == plain).all()
 
 
-class RayProbe(L.Callback):
+class RayProbe(RLCallback):
     """On every collected batch: the frames' policy versions against the learner's, the actors' nodes and restarts;
     kills actor 0 (``ray.kill``, a restart allowed) after the batches in ``kill_after``."""
 
@@ -155,7 +156,7 @@ def test_an_actor_dying_past_max_restarts_stops_the_run(cluster, tmp_path, monke
         _fit(cluster, tmp_path, RayProbe(kill_after=(2, 4)), frames=3072, max_restarts=1)
 
 
-class _FirstBatch(L.Callback):
+class _FirstBatch(RLCallback):
     def on_batch_collected(self, trainer, module, batch) -> None:
         if not hasattr(self, "batch"):
             self.batch = batch.select("observation", "action", ("next", "observation")).clone()
@@ -217,7 +218,7 @@ def test_ray_actors_with_two_ddp_ranks(cluster, tmp_path):
     assert ranks[0]["frames"] == ranks[1]["frames"] == 1920
 
 
-class _ConfigureThenKill(L.Callback):
+class _ConfigureThenKill(RLCallback):
     """Round 2: an env call on the training envs (as a curriculum phase makes); round 4: kill actor 0 (restart
     allowed); at the end, read the call's setting back from both actors."""
 

@@ -16,6 +16,7 @@ from tensordict.nn import TensorDictModule
 from torch import nn
 from torchrl.collectors import Collector
 
+from callbacks.base import RLCallback
 from envs import make_env
 from tests.pipelines.conftest import REPO
 
@@ -23,7 +24,7 @@ VACUUM = str(REPO / "configs" / "vacuum.yaml")
 SMALL = {"grid_size": 4, "num_robots": 2, "energy": [100, 100], "chargers": [], "max_steps": 10}
 
 
-class _Batches(L.Callback):
+class _Batches(RLCallback):
     """Keeps the collected batches."""
 
     def __init__(self) -> None:
