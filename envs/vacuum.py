@@ -9,6 +9,7 @@ robots only through their states, never through their indices (the index is the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ REPORT_KEYS = ("cleaned_fraction", "collisions", "energy_left", "steps")
 _POSITION_STREAM = 0  # rng stream of the initial positions
 
 
+@dataclass(eq=False)
 class VacuumConfig(EnvConfig):
     """Parameters of the robot-vacuum problem; the defaults follow the original four-robot system.
 
@@ -50,45 +52,40 @@ class VacuumConfig(EnvConfig):
             allowed, e.g. an ``energy`` list whose length is not ``num_robots``, or a charger outside the grid.
     """
 
-    def __init__(
-        self,
-        grid_size: int = 5,
-        num_robots: int = 4,
-        energy: Sequence[float] = (1000.0, 100.0, 100.0, 100.0),
-        chargers: Sequence[Sequence[int]] = ((2, 2),),
-        r_clean: float = 1.0,
-        e_move: float = 1.0,
-        e_collision: float = 20.0,
-        e_charge: float = 20.0,
-        max_steps: int = 100,
-    ) -> None:
+    grid_size: int = 5
+    num_robots: int = 4
+    energy: Sequence[float] = (1000.0, 100.0, 100.0, 100.0)
+    chargers: Sequence[Sequence[int]] = ((2, 2),)
+    r_clean: float = 1.0
+    e_move: float = 1.0
+    e_collision: float = 20.0
+    e_charge: float = 20.0
+    max_steps: int = 100
+
+    def __post_init__(self) -> None:
+        """Check every key (before any work); energies become a list of floats, chargers a list of (row, column)."""
+        grid_size, num_robots = self.grid_size, self.num_robots
         require(isinstance(grid_size, int) and grid_size >= 1, "grid_size", grid_size, "an integer >= 1")
         cells = grid_size * grid_size
         require(isinstance(num_robots, int) and 1 <= num_robots <= cells, "num_robots", num_robots,
-                 f"an integer in [1, grid_size**2 = {cells}] (robots start on distinct cells)")
-        energy = [float(e) for e in energy]
+                f"an integer in [1, grid_size**2 = {cells}] (robots start on distinct cells)")
+        energy = [float(e) for e in self.energy]
         require(len(energy) == num_robots, "energy", energy,
-                 f"one initial energy per robot: {num_robots} values for num_robots={num_robots}, got {len(energy)}")
+                f"one initial energy per robot: {num_robots} values for num_robots={num_robots}, got {len(energy)}")
         require(all(e > 0 for e in energy), "energy", energy, "every initial energy must be > 0")
-        chargers = [tuple(int(v) for v in c) for c in chargers]
+        chargers = [tuple(int(v) for v in c) for c in self.chargers]
         for c in chargers:
             require(len(c) == 2 and all(0 <= v < grid_size for v in c), "chargers", [list(x) for x in chargers],
-                     f"[row, column] pairs inside the {grid_size}x{grid_size} grid (0..{grid_size - 1}); "
-                     f"{list(c)} is not")
+                    f"[row, column] pairs inside the {grid_size}x{grid_size} grid (0..{grid_size - 1}); "
+                    f"{list(c)} is not")
         require(len(set(chargers)) == len(chargers), "chargers", [list(x) for x in chargers], "distinct cells")
-        require(e_move >= 0, "e_move", e_move, "must be >= 0")
-        require(e_collision >= 0, "e_collision", e_collision, "must be >= 0")
-        require(e_charge >= 0, "e_charge", e_charge, "must be >= 0")
-        require(isinstance(max_steps, int) and max_steps >= 1, "max_steps", max_steps, "an integer >= 1")
-        self.grid_size = grid_size
-        self.num_robots = num_robots
-        self.energy = energy
-        self.chargers = chargers
-        self.r_clean = float(r_clean)
-        self.e_move = float(e_move)
-        self.e_collision = float(e_collision)
-        self.e_charge = float(e_charge)
-        self.max_steps = max_steps
+        for key in ("e_move", "e_collision", "e_charge"):
+            require(getattr(self, key) >= 0, key, getattr(self, key), "must be >= 0")
+        require(isinstance(self.max_steps, int) and self.max_steps >= 1, "max_steps", self.max_steps,
+                "an integer >= 1")
+        self.energy, self.chargers = energy, chargers
+        for key in ("r_clean", "e_move", "e_collision", "e_charge"):
+            setattr(self, key, float(getattr(self, key)))
 
     @property
     def num_agents(self) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -11,6 +13,7 @@ from envs.hockey.constants import CONTACTS, MODES, OPPONENTS, Mode, Opponent
 from envs.hockey.env import HockeyEnv
 
 
+@dataclass(eq=False)
 class HockeyConfig(EnvConfig):
     """Parameters of the hockey env; the defaults follow the original ``HockeyEnv_BasicOpponent``.
 
@@ -41,48 +44,38 @@ class HockeyConfig(EnvConfig):
         ValueError: a key out of its allowed range; the message names the key (``env.<key>``) and what is allowed.
     """
 
-    evaluation_settings = {"weak": {"mode": "NORMAL", "opponent": "weak"},
-                           "strong": {"mode": "NORMAL", "opponent": "strong"}}
-    outcome_keys = ("won", "drawn", "lost")
+    evaluation_settings: ClassVar[dict[str, dict]] = {"weak": {"mode": "NORMAL", "opponent": "weak"},
+                                                      "strong": {"mode": "NORMAL", "opponent": "strong"}}
+    outcome_keys: ClassVar[tuple[str, ...]] = ("won", "drawn", "lost")
 
-    def __init__(
-        self,
-        mode: Mode = "NORMAL",
-        opponent: Opponent = "weak",
-        discrete_actions: bool = False,
-        keep_mode: bool = True,
-        contact: str = "swept",
-        max_steps: int = 250,
-        max_steps_train: int = 80,
-        r_win: float = 10.0,
-        w_closeness: float = 1.0,
-        w_touch: float = 0.0,
-        w_direction: float = 0.0,
-    ) -> None:
-        require(mode in MODES, "mode", mode, f"one of {list(MODES)}")
-        require(opponent in OPPONENTS[:3], "opponent", opponent,
-                 f"one of {list(OPPONENTS[:3])} (a learned 'policy' opponent is set on the env: set_opponent_policy)")
-        require(isinstance(discrete_actions, bool), "discrete_actions", discrete_actions, "true or false")
-        require(isinstance(keep_mode, bool), "keep_mode", keep_mode, "true or false")
-        require(contact in CONTACTS, "contact", contact, f"one of {list(CONTACTS)}")
-        require(isinstance(max_steps, int) and max_steps >= 1, "max_steps", max_steps, "an integer >= 1")
-        require(isinstance(max_steps_train, int) and max_steps_train >= 1, "max_steps_train", max_steps_train,
-                 "an integer >= 1")
-        for key, value in (("r_win", r_win), ("w_closeness", w_closeness), ("w_touch", w_touch),
-                           ("w_direction", w_direction)):
+    mode: Mode = "NORMAL"
+    opponent: Opponent = "weak"
+    discrete_actions: bool = False
+    keep_mode: bool = True
+    contact: str = "swept"
+    max_steps: int = 250
+    max_steps_train: int = 80
+    r_win: float = 10.0
+    w_closeness: float = 1.0
+    w_touch: float = 0.0
+    w_direction: float = 0.0
+
+    def __post_init__(self) -> None:
+        """Check every key (before any work); the reward weights become floats."""
+        require(self.mode in MODES, "mode", self.mode, f"one of {list(MODES)}")
+        require(self.opponent in OPPONENTS[:3], "opponent", self.opponent,
+                f"one of {list(OPPONENTS[:3])} (a learned 'policy' opponent is set on the env: set_opponent_policy)")
+        require(isinstance(self.discrete_actions, bool), "discrete_actions", self.discrete_actions, "true or false")
+        require(isinstance(self.keep_mode, bool), "keep_mode", self.keep_mode, "true or false")
+        require(self.contact in CONTACTS, "contact", self.contact, f"one of {list(CONTACTS)}")
+        require(isinstance(self.max_steps, int) and self.max_steps >= 1, "max_steps", self.max_steps, "an integer >= 1")
+        require(isinstance(self.max_steps_train, int) and self.max_steps_train >= 1, "max_steps_train",
+                self.max_steps_train, "an integer >= 1")
+        for key in ("r_win", "w_closeness", "w_touch", "w_direction"):
+            value = getattr(self, key)
             require(isinstance(value, (int, float)) and math.isfinite(value) and value >= 0, key, value,
-                     "a finite number >= 0 (the sign is part of the term)")
-        self.mode = mode
-        self.opponent = opponent
-        self.discrete_actions = discrete_actions
-        self.keep_mode = keep_mode
-        self.contact = contact
-        self.max_steps = max_steps
-        self.max_steps_train = max_steps_train
-        self.r_win = float(r_win)
-        self.w_closeness = float(w_closeness)
-        self.w_touch = float(w_touch)
-        self.w_direction = float(w_direction)
+                    "a finite number >= 0 (the sign is part of the term)")
+            setattr(self, key, float(value))
 
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> HockeyEnv:
         return HockeyEnv(self, num_envs=num_envs, seed=seed, device=device)
