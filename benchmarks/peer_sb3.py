@@ -147,7 +147,7 @@ def dqn_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
       schedule is a fraction of ``learn``'s budget), ``eps_init`` / ``eps_end`` ->
       ``exploration_initial_eps`` / ``exploration_final_eps``.
     * ``init_random_frames`` -> ``learning_starts``; ``lr``, ``batch_size``, ``buffer_size``, ``gamma``,
-      ``n_step`` -> ``n_steps``, ``max_grad_norm``, ``hidden_dims`` -> ``policy_kwargs.net_arch``
+      ``n_steps``, ``max_grad_norm``, ``hidden_dims`` -> ``policy_kwargs.net_arch``
       (ReLU MLP, default ``nn.Linear`` init in both), seed. SB3's loss is always Huber (ours:
       ``smooth_l1``) and its DQN is neither double nor dueling.
 
@@ -184,7 +184,7 @@ def dqn_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
         "algorithm": "DQN", "env_id": env["env_id"], "n_envs": num_envs, "total_timesteps": total_frames, "seed": seed,
         "learning_rate": model["lr"], "buffer_size": data["buffer_size"], "learning_starts": data["init_random_frames"],
         "batch_size": data["batch_size"], "tau": 1.0, "gamma": model["gamma"], "train_freq": frames // num_envs,
-        "gradient_steps": utd, "n_steps": model["n_step"], "target_update_interval": max(1, round(k * frames / utd)),
+        "gradient_steps": utd, "n_steps": model["n_steps"], "target_update_interval": max(1, round(k * frames / utd)),
         "exploration_fraction": eps["annealing_frames"] / total_frames, "exploration_initial_eps": eps["eps_init"],
         "exploration_final_eps": eps["eps_end"], "max_grad_norm": model["max_grad_norm"],
         "policy_kwargs": {"net_arch": list(network["hidden_dims"])},

@@ -51,7 +51,7 @@ class DQNModule(RLModule):
         network: Q-network (``observation`` -> action values ``[*B, A]``), e.g. :class:`QNetwork`.
         lr: Adam learning rate.
         gamma: discount per env step.
-        n_step: n of the n-step return (1 = one-step TD).
+        n_steps: n of the n-step return (1 = one-step TD).
         double_dqn: double-DQN targets.
         target_update: ``hard`` (copy every ``target_update_interval`` optimiser steps) or ``soft``
             (Polyak averaging with ``tau`` every step).
@@ -69,7 +69,9 @@ class DQNModule(RLModule):
         ValueError: an out-of-range hyper-parameter (the message names it).
     """
 
-    def __init__(self, network: nn.Module, lr: float = 1e-3, gamma: float = 0.99, n_step: int = 1,
+    RENAMED_HPARAMS = {"n_step": "n_steps"}  # checkpoints saved before the rename load (modules.loading)
+
+    def __init__(self, network: nn.Module, lr: float = 1e-3, gamma: float = 0.99, n_steps: int = 1,
                  double_dqn: bool = True, target_update: Literal["hard", "soft"] = "soft", tau: float = 0.005,
                  target_update_interval: int = 500, max_grad_norm: float = 10.0, epsilon: float = 1.0,
                  in_keys: tuple[str, ...] = ("observation",), action_mask_key: str | None = None,
@@ -77,7 +79,7 @@ class DQNModule(RLModule):
                  compile_mode: str | None = None) -> None:
         super().__init__(compile, compile_mode)
         check_hparams(("lr", lr, 0 < lr <= 1, LEARNING_RATE), ("gamma", gamma, 0 <= gamma <= 1, DISCOUNT),
-                      ("n_step", n_step, n_step >= 1, ">= 1"), ("tau", tau, 0 < tau <= 1, "in (0, 1]"),
+                      ("n_steps", n_steps, n_steps >= 1, ">= 1"), ("tau", tau, 0 < tau <= 1, "in (0, 1]"),
                       ("target_update_interval", target_update_interval, target_update_interval >= 1, ">= 1"),
                       ("max_grad_norm", max_grad_norm, 0 < max_grad_norm < math.inf, "> 0 and finite"),
                       ("epsilon", epsilon, 0 <= epsilon <= 1, "in [0, 1]"))
@@ -164,8 +166,8 @@ class DQNModule(RLModule):
         return self.transition_keys([*h.in_keys, *([h.action_mask_key] if h.action_mask_key is not None else [])])
 
     def replay_transform(self) -> MultiStepTransform | None:
-        """The buffer transform of n-step returns (``n_step > 1``), with this module's gamma."""
-        n = self.hparams.n_step
+        """The buffer transform of n-step returns (``n_steps > 1``), with this module's gamma."""
+        n = self.hparams.n_steps
         return MultiStepTransform(n_steps=n, gamma=self.hparams.gamma) if n > 1 else None
 
     def set_epsilon(self, epsilon: float) -> None:

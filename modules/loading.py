@@ -47,6 +47,9 @@ class CheckpointLoading:
             elif module_name not in sys.modules:
                 raise ValueError(f"{checkpoint_path}: class path {path!r} is not of an imported module (import it "
                                  f"first if you trust this checkpoint)")
+        for old, new in getattr(cls, "RENAMED_HPARAMS", {}).items():  # a checkpoint saved before a rename
+            if old in hparams and new not in hparams and new not in kwargs:
+                kwargs[new] = hparams[old]
         module_name, _, name = str(hparams.get("_class_path", "")).rpartition(".")
         trained = getattr(sys.modules.get(module_name), name, None)
         if isinstance(trained, type) and trained is not cls and issubclass(trained, cls):  # e.g. RLModule.load_...
@@ -60,7 +63,7 @@ class CheckpointLoading:
         module = super().load_from_checkpoint(checkpoint_path, map_location=map_location, hparams_file=hparams_file,
                                               strict=strict, weights_only=True, **kwargs)
         for name in set(hparams) - set(module.hparams) - set(kwargs):  # the networks' config, for the next save
-            if not name.startswith("_"):
+            if not name.startswith("_") and name not in getattr(cls, "RENAMED_HPARAMS", {}):
                 module.hparams[name] = hparams[name]
         return module.eval()
 

@@ -56,6 +56,8 @@ class REINFORCEModule(RLModule):
         eval_batch_size: instances per greedy call during evaluation.
     """
 
+    RENAMED_HPARAMS = {"eval_interval_frames": "every_n_frames"}  # older checkpoints load (modules.loading)
+
     def __init__(self, policy: RoutingPolicy, lr: float = 1e-3, max_grad_norm: float = 1.0,
                  every_n_frames: int = 200_000, baseline_alpha: float = 0.05,
                  eval_batch_size: int = 1024) -> None:

@@ -1,4 +1,5 @@
-"""The one "every N frames" rule of the house: evaluations, snapshots, model updates on the collected-frame counter."""
+"""The one "every N frames" rule of every schedule: evaluations, snapshots and model updates, on the collected-frame
+counter."""
 
 from __future__ import annotations
 

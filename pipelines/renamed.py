@@ -11,6 +11,8 @@ from __future__ import annotations
 RENAMED_KEYS: dict[str, dict[str, str]] = {
     # TorchRL's and the RL Zoo's term for the frames of a linear schedule
     "EpsilonDecay": {"decay_frames": "annealing_frames"},
+    # TorchRL's MultiStepTransform(n_steps) and SB3's n_steps
+    "DQNModule": {"n_step": "n_steps"},
     # one name for "every N frames" (PolicyEvaluation, SelfPlay, EmbeddingUpdate use it too)
     "REINFORCEModule": {"eval_interval_frames": "every_n_frames"},
 }

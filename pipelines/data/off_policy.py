@@ -110,10 +110,10 @@ class OffPolicyDataModule(RLDataModule):
                                             f"env.num_agents = {rows} (one row per env and agent)")
             module = self.trainer.lightning_module if self.trainer is not None else None
             transform = module.replay_transform() if module is not None else None
-            steps, n_step = self.frames_per_batch // self.num_envs, getattr(transform, "n_steps", 0)
+            steps, n_steps = self.frames_per_batch // self.num_envs, getattr(transform, "n_steps", 0)
             # the n-step transform holds n steps back; TorchRL 0.14's 2-D storage fails on 1-step slices
-            check(steps - n_step >= 2, f"data.frames_per_batch / data.num_envs = {steps} steps per env must be "
-                                       f">= model.n_step + 2 = {n_step + 2} (the buffer's n-step transform holds "
+            check(steps - n_steps >= 2, f"data.frames_per_batch / data.num_envs = {steps} steps per env must be "
+                                       f">= model.n_steps + 2 = {n_steps + 2} (the buffer's n-step transform holds "
                                        f"n steps back and TorchRL's 2-D storage needs slices of >= 2 steps)")
             folder = None
             if self.storage == "memmap":

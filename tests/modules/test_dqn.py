@@ -27,7 +27,7 @@ def _batch(b: int, t: int, t0: int = 0, done_at: tuple[int, int] | None = None) 
 
 def test_n_step_returns_match_a_hand_computation():
     """n = 2, gamma = 0.5: R_t = r_t + 0.5 r_{t+1} bootstrapping from s_{t+2}; a termination cuts it."""
-    module = DQNModule(QNetwork(2), gamma=0.5, n_step=2)
+    module = DQNModule(QNetwork(2), gamma=0.5, n_steps=2)
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(100, ndim=2), transform=module.replay_transform())
     buffer.extend(_batch(2, 5, done_at=(0, 2)))
     buffer.extend(_batch(2, 5, t0=5))  # the transform holds the last 2 steps back until the next extend

@@ -24,7 +24,7 @@ BUILD = {
 
 BAD = [
     ("dqn", "lr", 1e300), ("dqn", "lr", 0.0), ("dqn", "lr", math.nan), ("dqn", "gamma", 1.5),
-    ("dqn", "max_grad_norm", math.inf), ("dqn", "epsilon", -0.1), ("dqn", "n_step", 0),
+    ("dqn", "max_grad_norm", math.inf), ("dqn", "epsilon", -0.1), ("dqn", "n_steps", 0),
     ("ppo", "lr", 1e300), ("ppo", "reward_scale", 1e30), ("ppo", "reward_scale", 0.0),
     ("ppo", "reward_scale", math.nan),
     ("ppo", "gae_lambda", 2.0), ("ppo", "clip_epsilon", 0.0), ("ppo", "entropy_coeff", -1.0),

@@ -264,3 +264,16 @@ def test_multi_agent_vacuum_predicts_per_robot():
     assert np.array_equal(module.predict(_numpy(td, keys)), expected.numpy())
     with pytest.raises(ValueError, match=r"expected observation \[4, \d+\] float32, agent_id \[4, 4\] float32"):
         module.predict({k: v[0] for k, v in _numpy(td, keys).items() if k != "agent_id"} | {"agent_id": np.eye(3)})
+
+
+def test_a_checkpoint_saved_before_a_rename_loads_with_its_value(cartpole, tmp_path):
+    """A DQN checkpoint whose hyper-parameters still say ``n_step`` (saved before it was renamed ``n_steps``) loads
+    with that value, not the default."""
+    checkpoint = torch.load(cartpole[0], weights_only=True)
+    hparams = checkpoint["hyper_parameters"]
+    hparams["n_step"] = 3
+    del hparams["n_steps"]
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+    module = RLModule.load_from_checkpoint(tmp_path / "old.ckpt")
+    assert module.hparams.n_steps == 3 and "n_step" not in module.hparams
+    assert module.replay_transform().n_steps == 3

@@ -24,7 +24,7 @@ def hockey_dqn_config(tmp_path: Path, callbacks: list[dict]) -> str:
         "model": {"class_path": "modules.dqn.DQNModule",
                   "init_args": {"network": {"class_path": "modules.dqn.QNetwork",
                                             "init_args": {"num_actions": 8, "hidden_dims": [32]}},
-                                "lr": 1e-3, "n_step": 1}},
+                                "lr": 1e-3, "n_steps": 1}},
         "data": {"class_path": "pipelines.data.OffPolicyDataModule",
                  "init_args": {"env": {"class_path": "envs.hockey.HockeyConfig",
                                        "init_args": {"discrete_actions": True, "max_steps": 40, "max_steps_train": 40}},

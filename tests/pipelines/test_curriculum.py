@@ -46,7 +46,7 @@ def test_phases_advance_by_frames_then_by_metric_and_clear_the_buffer(tmp_path):
     evals_in_defense = [h["frames"] for h in evaluations if h["frames"] > 640]
     assert curriculum.phase_start == evals_in_defense[1]
     # the defense phase emptied the buffer when it began (after the batch that reached 640 frames was
-    # stored): it holds exactly the frames collected after it (n_step 1 holds nothing back)
+    # stored): it holds exactly the frames collected after it (n_steps 1 holds nothing back)
     assert len(data.buffer) == 2560 - 640
     # the training env got the last phase's settings; the evaluation env kept its own
     base = data.env.base_env

@@ -61,7 +61,7 @@ def test_split_agents_gives_one_row_per_env_and_robot():
 
 def test_n_step_returns_are_per_env_and_robot():
     """n = 2, gamma = 0.5 over split rows: each robot's return is its own rewards, cut at its env's end."""
-    module = DQNModule(MultiAgentQNetwork(3, 5), gamma=0.5, n_step=2)
+    module = DQNModule(MultiAgentQNetwork(3, 5), gamma=0.5, n_steps=2)
     buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(100, ndim=2), transform=module.replay_transform())
     buffer.extend(split_agents(_collected(2, 5, 3, done_at=(1, 2)), 3))
     buffer.extend(split_agents(_collected(2, 5, 3), 3))

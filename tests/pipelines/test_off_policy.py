@@ -26,7 +26,7 @@ def _run(tmp_path, *extra: str, callbacks: list | None = None):
                  "--trainer.callbacks.every_n_train_steps=20", "--trainer.callbacks.save_top_k=-1",
                  "--data.init_args.init_random_frames=512", "--data.init_args.num_envs=4",
                  "--data.init_args.frames_per_batch=64", "--data.init_args.batch_size=32",
-                 "--data.init_args.utd_ratio=2", "--model.init_args.n_step=3",
+                 "--data.init_args.utd_ratio=2", "--model.init_args.n_steps=3",
                  "--model.init_args.network.init_args.hidden_dims=[64, 64]",
                  f"--trainer.logger.init_args.save_dir={tmp_path}", *extra], callbacks=callbacks)
 
@@ -39,7 +39,7 @@ def test_warmup_updates_epsilon_and_buffer_resume(tmp_path):
     # in one training step
     assert full.trainer.global_step == (30 - 8) * 2
     assert data.num_training_steps() == 30 - 8 == full.trainer.fit_loop.epoch_loop.batch_progress.total.completed
-    assert len(data.buffer) == 1920 - 4 * 3  # n_step = 3: the last 3 steps of each of the 4 rows are held back
+    assert len(data.buffer) == 1920 - 4 * 3  # n_steps = 3: the last 3 steps of each of the 4 rows are held back
     assert module.epsilon() == pytest.approx(1.0 - 0.95 * 1920 / 2000)
     ckpt_dir = tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints"
     mid = periodic_checkpoints(ckpt_dir)[20]
@@ -81,7 +81,7 @@ def test_evaluate_works_for_a_gym_config(tmp_path, capsys):
 def test_too_few_steps_for_n_step_is_rejected(tmp_path):
     # 4 envs: 16 frames = 4 steps per env, of which the 3-step transform stores 1 (TorchRL's 2-D storage
     # fails on 1-step slices); 20 frames = 5 steps store 2 and train
-    with pytest.raises(ValueError, match=r"must be >= model.n_step \+ 2 = 5"):
+    with pytest.raises(ValueError, match=r"must be >= model.n_steps \+ 2 = 5"):
         _run(tmp_path, "--data.init_args.frames_per_batch=16", "--data.init_args.total_frames=640")
     _run(tmp_path, "--data.init_args.frames_per_batch=20", "--data.init_args.total_frames=600")
 

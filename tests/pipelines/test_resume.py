@@ -43,7 +43,7 @@ def _steps(version) -> list[int]:
 
 @pytest.mark.parametrize("config,args,kill_at", [
     (CARTPOLE, SMALL_DQN, 30),  # DQN on gymnasium CartPole: replay buffer, target network, gymnasium env state
-    (CARTPOLE, [*SMALL_DQN, "--model.init_args.n_step=3", "--model.init_args.double_dqn=true"], 30),  # n-step
+    (CARTPOLE, [*SMALL_DQN, "--model.init_args.n_steps=3", "--model.init_args.double_dqn=true"], 30),  # n-step
     (SMOKE, ["--data.init_args.total_frames=3840"], 26),  # PPO on the DVRP smoke config (4 updates a batch)
 ], ids=["dqn_cartpole", "dqn_nstep_cartpole", "ppo_dvrp"])
 def test_sigkill_and_resume_in_a_new_process_matches_the_uninterrupted_run(tmp_path, config, args, kill_at):
