@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
@@ -93,6 +94,7 @@ def restore(env: gym.Env | gym.vector.VectorEnv, states: list[dict]) -> None:
                 setattr(layer, key, _unplain(value, getattr(layer, key, None)))
 
 
+@dataclass(eq=False)
 class GymConfig(EnvConfig):
     """A gymnasium env id, vectorised ``num_envs`` times.
 
@@ -113,24 +115,24 @@ class GymConfig(EnvConfig):
 
     Raises:
         ValueError: an unknown backend, or ``render_mode`` with another backend than ``vector``; an unknown
-            ``env_id`` (gymnasium's message; the env is built once here, before any training).
+            ``env_id`` (gymnasium's message, from its registry; checked here, before any training).
     """
 
-    def __init__(self, env_id: str = "CartPole-v1",
-                 backend: Literal["vector", "serial", "parallel"] = "vector",
-                 render_mode: Literal["rgb_array"] | None = None) -> None:
-        if backend not in BACKENDS:
-            raise ValueError(f"env.backend={backend!r} is not allowed: one of {', '.join(BACKENDS)}")
-        if render_mode not in (None, "rgb_array") or (render_mode is not None and backend != "vector"):
-            raise ValueError(f"env.render_mode={render_mode!r} is not allowed: null, or rgb_array with backend: "
-                             f"vector (got backend {backend!r})")
-        self.env_id = env_id
-        self.backend = backend
-        self.render_mode = render_mode
+    env_id: str = "CartPole-v1"
+    backend: Literal["vector", "serial", "parallel"] = "vector"
+    render_mode: Literal["rgb_array"] | None = None
+
+    def __post_init__(self) -> None:
+        """Check the keys, and the id against gymnasium's registry (no env is built here)."""
+        if self.backend not in BACKENDS:
+            raise ValueError(f"env.backend={self.backend!r} is not allowed: one of {', '.join(BACKENDS)}")
+        if self.render_mode not in (None, "rgb_array") or (self.render_mode is not None and self.backend != "vector"):
+            raise ValueError(f"env.render_mode={self.render_mode!r} is not allowed: null, or rgb_array with backend: "
+                             f"vector (got backend {self.backend!r})")
         try:
-            GymEnv(env_id).close()  # fail early on an unknown id
+            gym.spec(self.env_id)  # the registry lookup gym.make does first: an unknown id fails here
         except gym.error.Error as err:  # NameNotFound, VersionNotFound, ... (with gymnasium's "did you mean")
-            raise ValueError(f"env.env_id={env_id!r}: {err}") from None
+            raise ValueError(f"env.env_id={self.env_id!r}: {err}") from None
 
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
         if self.backend == "vector":
