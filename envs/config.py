@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
-from typing import ClassVar
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -45,9 +43,9 @@ class EnvConfig(ABC):
 
     embedding_model: nn.Module | None = None
     num_agents: int | None = None
-    evaluation_settings: ClassVar[Mapping[str, dict]] = MappingProxyType({})  # (read-only: a class default)
-    outcome_keys: ClassVar[tuple[str, ...]] = ()
-    stochastic_evaluation: ClassVar[bool] = False
+    evaluation_settings: dict[str, dict] = {}
+    outcome_keys: tuple[str, ...] = ()
+    stochastic_evaluation: bool = False
 
     def model_checkpoints(self) -> dict[str, str]:
         """Learned models this env needs from checkpoint files, ``{name: path}``. The pipeline that builds

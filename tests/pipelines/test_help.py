@@ -47,3 +47,11 @@ def test_every_constructor_argument_has_a_help_line(cls):
                  if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     assert arguments, "a class without constructor arguments has nothing to check"
     assert [n for n in arguments if n not in helped] == []
+
+
+@pytest.mark.parametrize("config", ["dvrp_smoke.yaml", "vacuum.yaml"])
+def test_print_config_of_a_dataclass_env_config_is_quiet(config):
+    """The env configs are dataclasses with tuple defaults: the resolved config prints without a warning."""
+    run = run_module("pipelines.fit", "--config", f"configs/{config}", "--print_config", timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "Warning" not in run.stderr, run.stderr[-2000:]
