@@ -246,7 +246,7 @@ def main() -> None:
         contenders = {"ale_vector": ours_pong(args.sb3_frames, threads),
                       "emulators_2_workers": ours_pong(args.sb3_frames, threads,
                                                        "--data.init_args.env.init_args.backend=emulators",
-                                                       "--data.init_args.workers=2")}
+                                                       "--data.init_args.collector.workers=2")}
         for name, r in contenders.items():
             print(f"ours Pong, {name}: {r['frames_per_s']:.0f} frames/s", file=sys.stderr)
         theirs = sb3_pong(args.sb3_frames, args.learner_threads)

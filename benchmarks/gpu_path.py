@@ -4,7 +4,8 @@ and each collected batch costs.
 
     python benchmarks/gpu_path.py [--config configs/dvrp.yaml --config configs/hockey_dqn.yaml ...]
         [--num_envs 256 8192 65536] [--batches 12] [--warmup_batches 3]
-        [--runs cpu gpu gpu:default gpu:reduce-overhead] [--extra=--data.init_args.init_random_frames=1024 ...]
+        [--runs cpu gpu gpu:default gpu:reduce-overhead]
+        [--extra=--data.init_args.replay_buffer.init_random_frames=1024 ...]
 
 Each run is ``pipelines.fit`` on a config (its callbacks kept: evaluation, embedding updates and checkpoints
 run as a user's run has them; the logger writes to a temporary folder) for ``warmup_batches + batches`` collected
@@ -128,7 +129,8 @@ def _sync_counter():
 
 
 def scaled_args(data: dict, num_envs: int, max_minibatch: int = 131_072) -> dict[str, int]:
-    """The ``data.init_args`` of a config (``data``: its YAML's) scaled to ``num_envs`` envs, as ``{key: value}``.
+    """The data settings of a config (``data``: :func:`benchmarks.peer_sb3.data_settings`) scaled to ``num_envs``
+    envs, as ``{key: value}`` (:func:`benchmarks.peer_sb3.setting_override` makes them overrides).
 
     T = ``frames_per_batch / num_envs`` stays; PPO (``mini_batch_size``) keeps its minibatches per epoch, doubled
     until a minibatch holds at most ``max_minibatch`` frames; off-policy (``utd_ratio``) keeps its replay ratio
@@ -217,10 +219,13 @@ def run(config: str, run_name: str, batches: int, warmup_batches: int, extra: li
 
     run_name, *policy_options = run_name.split("+")
     device, _, mode = run_name.partition(":")
+    from benchmarks.peer_sb3 import data_settings
+
     with open(config) as f:
-        data = yaml.safe_load(f)["data"]["init_args"]
+        data = data_settings(yaml.safe_load(f))
     for argument in extra:  # scaled (or overridden) data settings
-        key, _, value = argument.removeprefix("--data.init_args.").partition("=")
+        key, _, value = argument.removeprefix("--").partition("=")
+        key = key.rpartition(".")[2]
         if key in ("frames_per_batch", "init_random_frames"):
             data[key] = int(value)
     # off-policy: the batches of random frames first have no training step (the timed ones are training batches)
@@ -271,10 +276,12 @@ def main() -> None:
     parser.add_argument("--count_cpu_reads", action="store_true", help="count host reads in the cpu runs (slow: "
                         "their frames/s are then no speed figure)")
     parser.add_argument("--extra", nargs="*", default=[], help="more pipelines.fit arguments for every run, e.g. "
-                        "--extra=--data.init_args.init_random_frames=1024")
+                        "--extra=--data.init_args.replay_buffer.init_random_frames=1024")
     args = parser.parse_args()
     import torch
     import yaml
+
+    from benchmarks.peer_sb3 import data_settings, setting_override
 
     configs = args.config or [os.path.join(ROOT, "configs", "dvrp.yaml")]
     result: dict = {"extra": args.extra, "batches": args.batches, "warmup_batches": args.warmup_batches,
@@ -285,10 +292,10 @@ def main() -> None:
     for config in configs:
         name = os.path.relpath(os.path.abspath(config), ROOT)
         with open(config) as f:
-            data = yaml.safe_load(f)["data"]["init_args"]
-        for num_envs in args.num_envs or [data.get("num_envs", 64)]:
+            data = data_settings(yaml.safe_load(f))
+        for num_envs in args.num_envs or [data["num_envs"]]:
             settings = scaled_args(data, num_envs, args.max_minibatch) if args.num_envs else {}
-            extra = [f"--data.init_args.{k}={v}" for k, v in settings.items()] + args.extra
+            extra = [setting_override(k, v) for k, v in settings.items()] + args.extra
             entry = result["results"].setdefault(name, {})[str(num_envs)] = {"settings": settings,
                                                                              "env_frames_per_s": {}}
             devices = sorted({"cuda" if run.startswith("gpu") else "cpu" for run in args.runs})

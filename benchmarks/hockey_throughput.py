@@ -86,7 +86,7 @@ def sac_fit(frames: int, warmup: int = 2048) -> dict[str, float]:
         timing, _ = timed_fit(["--config", SAC_CONFIG, "--trainer.enable_progress_bar=false", "--trainer.logger=false",
                                f"--trainer.default_root_dir={folder}", "--trainer.enable_checkpointing=false",
                                "--trainer.callbacks=[]", f"--data.init_args.env={json.dumps(env)}",
-                               f"--data.init_args.init_random_frames={warmup}",
+                               f"--data.init_args.replay_buffer.init_random_frames={warmup}",
                                f"--data.init_args.total_frames={warmup + frames}"])
     return {k: round(v, 1) for k, v in timing.items() if k != "episodes_per_min"}
 
@@ -100,8 +100,9 @@ def selfplay_fit(frames: int, workers: int, warmup: int = 2048) -> dict[str, flo
         timing, _ = timed_fit(["--config", SELFPLAY_CONFIG, "--trainer.enable_progress_bar=false",
                                "--trainer.logger=false", f"--trainer.default_root_dir={folder}",
                                "--trainer.enable_checkpointing=false", "--trainer.callbacks=[]",
-                               f"--trainer.callbacks+={json.dumps(selfplay)}", f"--data.init_args.workers={workers}",
-                               f"--data.init_args.init_random_frames={warmup}",
+                               f"--trainer.callbacks+={json.dumps(selfplay)}",
+                               f"--data.init_args.collector.workers={workers}",
+                               f"--data.init_args.replay_buffer.init_random_frames={warmup}",
                                f"--data.init_args.total_frames={warmup + frames}"])
     return {k: round(v, 1) for k, v in timing.items() if k != "episodes_per_min"}
 

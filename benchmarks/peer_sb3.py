@@ -43,6 +43,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict
 from multiprocessing import get_context
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -67,6 +68,31 @@ def resolve(spec: dict) -> dict:
     defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
                 if p.default is not inspect.Parameter.empty}
     return {**defaults, **(spec.get("init_args") or {})}
+
+
+def data_settings(config: dict) -> dict:
+    """A run config's data-path settings by their short names, with the defaults filled in: the data module's own
+    keys (``total_frames``, ``env``...), its ``collector`` section's (``num_envs``, ``frames_per_batch``...), for
+    replay its ``replay_buffer`` section's (``buffer_size``, ``utd_ratio``...) and PPO's ``ppo_epochs`` and
+    ``mini_batch_size`` (from ``model``)."""
+    from pipelines.data import CollectorOptions, ReplayOptions
+
+    data, model, given = resolve(config["data"]), resolve(config["model"]), config["data"].get("init_args") or {}
+    flat = {k: v for k, v in data.items() if k not in ("collector", "replay_buffer")}
+    flat.update({**asdict(CollectorOptions()), **(given.get("collector") or {})})
+    if "replay_buffer" in data:
+        flat.update({**asdict(ReplayOptions()), **(given.get("replay_buffer") or {})})
+    flat.update({k: model[k] for k in ("ppo_epochs", "mini_batch_size") if k in model})
+    return flat
+
+
+def setting_override(key: str, value) -> str:
+    """The command-line override of a setting named as in :func:`data_settings` (e.g. ``num_envs`` ->
+    ``--data.init_args.collector.num_envs=...``)."""
+    from pipelines.renamed import RENAMED_KEYS, new_place
+
+    where = {**RENAMED_KEYS["OnPolicyDataModule"], **RENAMED_KEYS["OffPolicyDataModule"]}.get(key, key)
+    return f"--{new_place(['data', 'init_args'], where)}={value}"
 
 
 def sb3_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dict, list[str]]:
@@ -101,7 +127,7 @@ def sac_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
     Raises:
         ValueError: a setting SB3's SAC cannot mirror (the message names it).
     """
-    model, data = resolve(config["model"]), resolve(config["data"])
+    model, data = resolve(config["model"]), data_settings(config)
     network, env = resolve(model["network"]), resolve(data["env"])
     problems = []
     if not (model["actor_lr"] == model["critic_lr"] == model["alpha_lr"]):
@@ -154,7 +180,7 @@ def dqn_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
     Raises:
         ValueError: a setting SB3's DQN cannot mirror (the message names it).
     """
-    model, data = resolve(config["model"]), resolve(config["data"])
+    model, data = resolve(config["model"]), data_settings(config)
     network, env = resolve(model["network"]), resolve(data["env"])
     decays = [c for c in config.get("trainer", {}).get("callbacks") or []
               if isinstance(c, dict) and c.get("class_path", "").endswith("EpsilonDecay")]
@@ -217,7 +243,7 @@ def ppo_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
     Raises:
         ValueError: a setting SB3's PPO cannot mirror (the message names it).
     """
-    model, data = resolve(config["model"]), resolve(config["data"])
+    model, data = resolve(config["model"]), data_settings(config)
     network, env = resolve(model["network"]), resolve(data["env"])
     problems = []
     if not model["network"]["class_path"].endswith(".MLPActorCritic"):
@@ -278,7 +304,7 @@ def train_ours(config: dict, total_frames: int, seed: int, episodes: int, eval_s
     """Fit the config (in this process) and play the greedy policy; runs in its own process. ``device`` ``cuda``
     trains with ``--trainer.accelerator=gpu``; ``compile_mode`` sets ``model.compile`` with that mode (``default``,
     ``reduce-overhead``, ...); ``async_worker`` collects in one rollout worker while the learner trains
-    (``data.workers: 1``, ``data.collector: async``; a second process, with one torch thread too)."""
+    (``data.collector.workers: 1``, ``data.collector.mode: async``; a second process, with one torch thread too)."""
     torch.set_num_threads(1)
     from pipelines.evaluate import play  # in the trainer's process only (see the module note)
     from pipelines.fit import main
@@ -295,7 +321,7 @@ def train_ours(config: dict, total_frames: int, seed: int, episodes: int, eval_s
     config["seed_everything"] = seed
     config["data"].setdefault("init_args", {}).update(total_frames=total_frames, seed=seed)
     if async_worker:
-        config["data"]["init_args"].update(workers=1, collector="async")
+        config["data"]["init_args"].setdefault("collector", {}).update(workers=1, mode="async")
     with tempfile.TemporaryDirectory(prefix="peer_sb3_") as tmp:
         trainer["default_root_dir"] = tmp  # the resolved config (SaveConfigCallback) lands here, not in the repo
         path = os.path.join(tmp, "peer_config.yaml")
@@ -416,9 +442,9 @@ def main() -> None:
                         help="SB3 with torch.set_flush_denormal(True), as this framework's fits run (default: as SB3 "
                              "runs, denormal floats computed)")
     parser.add_argument("--ours_async_worker", action="store_true",
-                        help="ours with data.workers=1 and data.collector=async: one rollout worker process collects "
-                             "the next batch while the learner trains (off-policy configs; two processes of one "
-                             "torch thread each; SB3 takes --sb3_threads)")
+                        help="ours with data.collector.workers=1 and data.collector.mode=async: one rollout worker "
+                             "process collects the next batch while the learner trains (off-policy configs; two "
+                             "processes of one torch thread each; SB3 takes --sb3_threads)")
     parser.add_argument("--sb3_threads", type=int, default=1,
                         help="SB3's torch threads (default 1; 2 lets it use a second core as --ours_async_worker does)")
     parser.add_argument("--repeats", type=int, default=1,
@@ -432,7 +458,7 @@ def main() -> None:
         sys.exit(MISSING_SB3)
     with open(args.config) as f:
         config = yaml.safe_load(f)
-    data = resolve(config["data"])
+    data = data_settings(config)
     total = args.total_frames or data["total_frames"]
     if args.quick and args.total_frames is None:
         total = (-(-data.get("init_random_frames", 0) // data["frames_per_batch"]) + 4) * data["frames_per_batch"]

@@ -1,5 +1,5 @@
 """Scale-out overhead: frames/s of a DQN config with its envs in the learner's process, in N local worker processes
-(``data.workers: N``) and in N Ray actors on a simulated cluster (``data.collector: ray``,
+(``data.collector.workers: N``) and in N Ray actors on a simulated cluster (``data.collector.mode: ray``,
 ``ray.cluster_utils.Cluster``: one node per actor, or ``--ray_nodes`` nodes, 1 being Ray as started on one machine,
 with one raylet), as ratios against in-process in one run, with each mode's start-up time.
 
@@ -50,7 +50,7 @@ def run(config: str, mode: str, workers: int, frames_per_batch: int, batches: in
     cluster, cluster_start = None, 0.0
     extra: list[str] = []
     if mode == "workers":
-        extra = [f"--data.init_args.workers={workers}"]
+        extra = [f"--data.init_args.collector.workers={workers}"]
     elif mode == "ray":
         import ray
         from ray.cluster_utils import Cluster
@@ -63,17 +63,19 @@ def run(config: str, mode: str, workers: int, frames_per_batch: int, batches: in
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
         cluster_start = time.perf_counter() - start
-        extra = ["--data.init_args.collector=ray", f"--data.init_args.workers={workers}",
-                 f"--data.init_args.ray.address={cluster.address}"]
+        extra = ["--data.init_args.collector.mode=ray", f"--data.init_args.collector.workers={workers}",
+                 f"--data.init_args.collector.ray.address={cluster.address}"]
     num_envs = 8 * workers
     total = frames_per_batch * (warmup_batches + batches)
     with tempfile.TemporaryDirectory(prefix="scale_out_") as tmp:
         args = ["--config", config, "--trainer.enable_progress_bar=false", "--trainer.logger=false",
                 "--trainer.enable_checkpointing=false", f"--trainer.default_root_dir={tmp}",
                 "--trainer.callbacks=[]", "--trainer.callbacks+=callbacks.EpsilonDecay",
-                "--trainer.callbacks.annealing_frames=1000", f"--data.init_args.num_envs={num_envs}",
-                f"--data.init_args.frames_per_batch={frames_per_batch}", f"--data.init_args.total_frames={total}",
-                f"--data.init_args.init_random_frames={frames_per_batch}", f"--data.init_args.utd_ratio={utd_ratio}",
+                "--trainer.callbacks.annealing_frames=1000", f"--data.init_args.collector.num_envs={num_envs}",
+                f"--data.init_args.collector.frames_per_batch={frames_per_batch}",
+                f"--data.init_args.total_frames={total}",
+                f"--data.init_args.replay_buffer.init_random_frames={frames_per_batch}",
+                f"--data.init_args.replay_buffer.utd_ratio={utd_ratio}",
                 *extra]
         sys.argv = sys.argv[:1]
         timing, cli = timed_fit(args, warmup_batches)

@@ -47,11 +47,11 @@ sys.path.insert(0, ROOT)
 def settings_of(config_path: str) -> dict:
     """A config's model and network arguments (with the classes' defaults), the sampled batch or minibatch size
     and the updates per collected batch."""
-    from benchmarks.peer_sb3 import resolve
+    from benchmarks.peer_sb3 import data_settings, resolve
 
     with open(config_path) as f:
         config = yaml.safe_load(f)
-    model, data = resolve(config["model"]), resolve(config["data"])
+    model, data = resolve(config["model"]), data_settings(config)
     if "mini_batch_size" in data:  # on-policy
         size = data["mini_batch_size"]
         updates = data["ppo_epochs"] * data["frames_per_batch"] // size

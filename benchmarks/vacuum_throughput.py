@@ -43,8 +43,9 @@ def train(num_envs: int, total_frames: int, folder: str) -> dict[str, float]:
             f"--trainer.default_root_dir={folder}", "--trainer.enable_checkpointing=false",
             "--trainer.callbacks=[]", "--trainer.callbacks+=callbacks.EpsilonDecay",
             "--trainer.callbacks.schedule=exponential", "--trainer.callbacks.eps_end=0.02",
-            "--trainer.callbacks.decay_rate=0.998", f"--data.init_args.num_envs={num_envs}",
-            f"--data.init_args.frames_per_batch={4 * num_envs}", f"--data.init_args.total_frames={total_frames}"]
+            "--trainer.callbacks.decay_rate=0.998", f"--data.init_args.collector.num_envs={num_envs}",
+            f"--data.init_args.collector.frames_per_batch={4 * num_envs}",
+            f"--data.init_args.total_frames={total_frames}"]
     timing, cli = timed_fit(args)
     return {**{k: timing[k] for k in ("episodes_per_min", "frames_per_s", "episodes", "frames", "seconds")},
             "updates": cli.trainer.global_step, "final_epsilon": cli.model.epsilon()}

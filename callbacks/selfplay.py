@@ -36,7 +36,7 @@ class SelfPlay(RLCallback):
 
     The env must offer ``set_opponent(kinds per row)`` and ``set_opponent_policy(callable)`` (the hockey
     env); the callback acts through the data module's ``set_opponents`` / ``set_opponent_policy``, so it
-    works with in-process envs and with rollout workers (``data.workers``) alike. Pool, draw generator and
+    works with in-process envs and with rollout workers (``data.collector.workers``) alike. Pool, draw generator and
     schedule are in the checkpoint. Logged: ``schedule/self_play_pool_size`` and
     ``schedule/self_play_share_<kind>`` (the kinds drawn for the batch). Runs the same on every rank (each rank's
     envs draw from their own stream, seeded ``seed + rank``).

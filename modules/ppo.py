@@ -62,6 +62,9 @@ class PPOModule(RLModule):
             in the logs); e.g. ``1 / served_reward`` keeps DVRP values near 1.
         action_mask_key: observation key of the boolean action mask, or null for none.
         loss_critic_type: ``l2`` or ``smooth_l1``.
+        ppo_epochs: passes over each collected batch (SB3's ``n_epochs``).
+        mini_batch_size: frames per minibatch (SB3's ``batch_size``); the data's ``collector.frames_per_batch``
+            must be a multiple of it (checked before any work by :func:`pipelines.compatibility.check_data_fit`).
         compile: run the update's loss through ``torch.compile`` (see :class:`modules.base.RLModule`).
         compile_mode: ``torch.compile``'s mode (null, ``default``, ``reduce-overhead``: CUDA graphs, ...).
     """
@@ -82,6 +85,8 @@ class PPOModule(RLModule):
         reward_scale: float = 1.0,
         action_mask_key: str | None = "action_mask",
         loss_critic_type: Literal["l2", "smooth_l1"] = "l2",
+        ppo_epochs: int = 10,
+        mini_batch_size: int = 64,
         compile: bool = False,
         compile_mode: str | None = None,
     ) -> None:
@@ -93,7 +98,9 @@ class PPOModule(RLModule):
                       ("critic_coeff", critic_coeff, 0 <= critic_coeff < math.inf, ">= 0 and finite"),
                       ("max_grad_norm", max_grad_norm, 0 < max_grad_norm < math.inf, "> 0 and finite"),
                       ("reward_scale", reward_scale, 0 < reward_scale <= MAX_REWARD_SCALE,
-                       f"in (0, {MAX_REWARD_SCALE:g}] (a multiplier of the env's reward)"))
+                       f"in (0, {MAX_REWARD_SCALE:g}] (a multiplier of the env's reward)"),
+                      ("ppo_epochs", ppo_epochs, ppo_epochs >= 1, ">= 1"),
+                      ("mini_batch_size", mini_batch_size, mini_batch_size >= 1, ">= 1 (frames)"))
         for key, value in (("lr_schedule", lr_schedule), ("clip_schedule", clip_schedule)):
             if value not in ("constant", "linear"):
                 raise ValueError(f"model.{key}={value!r} is not allowed: one of constant, linear")
@@ -113,6 +120,16 @@ class PPOModule(RLModule):
         """:class:`modules.actor_critic.CategoricalPolicy` (the draws of TorchRL's ``ProbabilisticActor`` over the
         policy head; ``encoder`` and ``critic`` stay TorchRL modules for GAE's values)."""
         return self._policy
+
+    @property
+    def ppo_epochs(self) -> int:
+        """Passes over each collected batch (read by ``pipelines.data.OnPolicyDataModule``)."""
+        return int(self.hparams.ppo_epochs)
+
+    @property
+    def mini_batch_size(self) -> int:
+        """Frames per minibatch (read by ``pipelines.data.OnPolicyDataModule``)."""
+        return int(self.hparams.mini_batch_size)
 
     def prepare(self, specs: EnvSpecs) -> None:
         """Fit the policy head to the env's number of actions, then materialise lazy layers on an example

@@ -19,6 +19,8 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch import nn
 
 from envs import EnvConfig
+from pipelines.parser import check_config_inputs
+from pipelines.renamed import upgrade_config
 from pipelines.settings import MISSING, settings_diff
 
 _ENTRY_KEYS = ("class_path", "config", "weights_prefix")
@@ -188,7 +190,8 @@ def run_configs(path: str) -> tuple[list[str], str]:
     """The fit config of the run a checkpoint belongs to, for a command given only ``--ckpt_path``: the
     ``config.yaml`` of its run folder (``<run>/checkpoints/<file>.ckpt``, as ``pipelines.fit`` writes it), else
     the config the checkpoint records (``checkpoint[CONFIG_KEY]``, as a YAML string that LightningCLI's
-    ``--config`` takes).
+    ``--config`` takes). A config written before keys were renamed or moved comes with them in their new places
+    (:func:`pipelines.renamed.upgrade_config`, said in the message).
 
     Returns:
         The ``--config`` values, and where they came from (a message).
@@ -202,12 +205,20 @@ def run_configs(path: str) -> tuple[list[str], str]:
     run_folder = os.path.dirname(folder) if os.path.basename(folder) == "checkpoints" else folder
     beside = os.path.join(run_folder, "config.yaml")
     if os.path.isfile(beside):
+        check_config_inputs(["--config", beside])
+        with open(beside, encoding="utf-8") as f:
+            record, source = yaml.safe_load(f), beside
+        if not isinstance(record, dict):
+            return [beside], beside  # (the parser says what is wrong with it)
+    else:
+        record, source = read_checkpoint(path, "--ckpt_path"), f"the config recorded in {path}"
+        record = record.get(CONFIG_KEY) if isinstance(record, dict) else None
+        if not isinstance(record, dict):
+            raise ValueError(f"--ckpt_path={path!r}: no {beside} and the checkpoint records no config; give --config")
+    record, moved = upgrade_config({k: v for k, v in record.items() if k != "ckpt_path"})
+    if source == beside and not moved:
         return [beside], beside
-    record = read_checkpoint(path, "--ckpt_path")
-    record = record.get(CONFIG_KEY) if isinstance(record, dict) else None
-    if not isinstance(record, dict):
-        raise ValueError(f"--ckpt_path={path!r}: no {beside} and the checkpoint records no config; give --config")
-    return [yaml.safe_dump({k: v for k, v in record.items() if k != "ckpt_path"})], f"the config recorded in {path}"
+    return [yaml.safe_dump(record)], source + (f" (keys moved since: {', '.join(moved)})" if moved else "")
 
 
 def _frames(checkpoint: dict) -> int | None:

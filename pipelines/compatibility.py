@@ -17,7 +17,8 @@ import torch
 
 from envs import EnvConfig, EnvSpecs, make_env
 from modules.base import RLModule
-from pipelines.data import RLDataModule
+from modules.compatibility import class_path
+from pipelines.data import OnPolicyDataModule, RLDataModule
 
 
 def env_name(config: EnvConfig) -> str:
@@ -73,3 +74,25 @@ def check_env_fit(model: RLModule, data: RLDataModule) -> None:
     if type(model).check_env is RLModule.check_env:
         return
     model.check_env(probe_specs(data))
+
+
+def check_data_fit(model: RLModule, data: RLDataModule) -> None:
+    """Check that ``model`` trains on ``data``'s kind of batches, before any work: an on-policy data module
+    (collected batches cut into minibatches) needs a module with ``ppo_epochs`` and ``mini_batch_size`` (PPO), and
+    ``collector.frames_per_batch`` must be a multiple of ``mini_batch_size``; such a module needs an on-policy
+    data module.
+
+    Raises:
+        ValueError: the mismatch, naming the keys and both values.
+    """
+    on_policy, minibatched = isinstance(data, OnPolicyDataModule), hasattr(model, "mini_batch_size")
+    if on_policy and not minibatched:
+        raise ValueError(f"data.class_path=pipelines.data.OnPolicyDataModule hands collected batches in minibatches, "
+                         f"which {type(model).__name__} does not take: use it with modules.ppo.PPOModule, or give "
+                         f"{type(model).__name__} its data module (pipelines.data.OffPolicyDataModule for replay)")
+    if minibatched and not on_policy:
+        raise ValueError(f"model.class_path={class_path(model)} trains on collected batches in minibatches: "
+                         f"its data module is pipelines.data.OnPolicyDataModule, not {class_path(data)}")
+    if on_policy and data.frames_per_batch % model.mini_batch_size:
+        raise ValueError(f"data.collector.frames_per_batch={data.frames_per_batch} must be a multiple of "
+                         f"model.mini_batch_size={model.mini_batch_size} (whole minibatches per collected batch)")

@@ -44,8 +44,7 @@ class EpisodeDataModule(RLDataModule):
         for key, value in (("batch_size", batch_size), ("total_frames", total_frames)):
             if value < 1:
                 raise ValueError(f"data.{key} must be >= 1, got {value}")
-        super().__init__(env, num_envs=batch_size, frames_per_batch=batch_size, total_frames=total_frames,
-                         seed=seed, device=device)
+        super().__init__(env=env, total_frames=total_frames, seed=seed, device=device)
         if eval_size < 2:
             raise ValueError(f"data.eval_size must be >= 2 (the baseline test needs pairs), got {eval_size}")
         self.batch_size = batch_size
@@ -56,10 +55,6 @@ class EpisodeDataModule(RLDataModule):
     def setup(self, stage: str) -> None:
         """Nothing to build but the device: instances are drawn per batch (no env, no collector)."""
         self.resolve_device()
-
-    def env_specs(self) -> None:
-        """None: no step-wise env (the module builds whole plans from problem batches)."""
-        return None
 
     def _problems(self, first_row: int, rows: int, episode: int) -> TensorDict:
         seeds = first_row + torch.arange(rows, dtype=torch.long)
@@ -95,6 +90,11 @@ class EpisodeDataModule(RLDataModule):
     @property
     def planned_frames(self) -> int:
         return self.total_frames
+
+    @property
+    def frames_per_batch(self) -> int:
+        """Instances per training step on each rank (each takes at least one construction step)."""
+        return self.batch_size
 
     def state_dict(self) -> dict:
         return {"batch_index": self.batch_index}

@@ -34,11 +34,10 @@ positions, the replay buffer), so a checkpoint plays under any config whose mode
 ``num_envs``).
 
 Everything plays on ``--device`` (default ``cpu``), whatever the run trained on: the config's collector and trainer
-options for its own hardware (``data.workers``, ``collector``, ``ray``, ``compile_policy``, ``cudagraph_policy``,
-``device``; ``trainer.accelerator``, ``devices``, ``strategy``, ``num_nodes``, ``precision``) are set aside
-(:data:`pipelines.trained_run.PLAY_HERE`). ``--routes_out`` and ``--video`` never overwrite a file (checked before any
-work). A wrong option, config, checkpoint or device ends with one line on stderr, exit status 2.
-"""
+options for its own hardware (``data.collector``'s ``workers``, ``mode``, ``ray``, ``compile_policy``,
+``cudagraph_policy``; ``data.device``; ``trainer.accelerator``, ``devices``, ``strategy``, ``num_nodes``, ``precision``)
+are set aside (:data:`pipelines.trained_run.PLAY_HERE`). ``--routes_out`` and ``--video`` never overwrite a file
+(checked before any work). A wrong option, config, checkpoint or device ends with one line on stderr, exit status 2. """
 
 from __future__ import annotations
 

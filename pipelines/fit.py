@@ -47,7 +47,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E40
 from modules.base import RLModule  # noqa: E402
 from pipelines.catalogue import catalogue  # noqa: E402
 from pipelines.checkpoints import IDENTITY_KEYS, check_resume_checkpoint, weights_mismatch  # noqa: E402
-from pipelines.compatibility import check_env_fit  # noqa: E402
+from pipelines.compatibility import check_data_fit, check_env_fit  # noqa: E402
 from pipelines.console import quiet_console, run_summary  # noqa: E402
 from pipelines.data import RLDataModule, StopRequested  # noqa: E402
 from pipelines.import_policy import HELP as IMPORT_HELP  # noqa: E402
@@ -166,7 +166,8 @@ class FitCLI(LightningCLI):
         traceback, nothing written.
 
         Then, still before anything is written: the device options, the env against the algorithm
-        (:func:`pipelines.compatibility.check_env_fit`) and, for a run that trains, the budget
+        (:func:`pipelines.compatibility.check_env_fit`), the data path against the algorithm
+        (:func:`~pipelines.compatibility.check_data_fit`) and, for a run that trains, the budget
         (``RLDataModule.check_budget``).
 
         Raises:
@@ -177,6 +178,7 @@ class FitCLI(LightningCLI):
             super().instantiate_classes()
             self.datamodule.check_device(self.datamodule.device or self.trainer.strategy.root_device)
             check_env_fit(self.model, self.datamodule)  # env <-> algorithm, before anything is written
+            check_data_fit(self.model, self.datamodule)  # data path <-> algorithm
             if self.trains:
                 self.datamodule.check_budget(self.trainer.world_size)
         except Exception as err:

@@ -23,7 +23,7 @@ from jsonargparse._common import debug_mode_active
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser
 
-from pipelines.renamed import renamed_key
+from pipelines.renamed import new_place, renamed_key, retyped_key
 
 PACKAGES = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), p) + os.sep
                  for p in ("pipelines", "modules", "envs", "callbacks"))  # the project's own code
@@ -85,12 +85,18 @@ def one_line(message: str, options: list[str] = ()) -> str | None:
             option = _NOT_ACCEPTED.match(leaf)
             if option and class_path and renamed_key(class_path, option.group(1)):
                 new = renamed_key(class_path, option.group(1))
-                return f"{'.'.join([*path, option.group(1)])}: renamed {new} (a key of {class_path})"
+                said = f"moved to {new_place(path, new)}" if "." in new else f"renamed {new}"
+                return f"{'.'.join([*path, option.group(1)])}: {said} (a key of {class_path})"
             if option and class_path:
                 keys = _class_keys(class_path)
                 close = difflib.get_close_matches(option.group(1), keys, n=1)
                 hint = f" (did you mean {close[0]}?)" if close else (f" (its keys: {', '.join(keys)})" if keys else "")
                 return f"{'.'.join([*path, option.group(1)])}: no such key of {class_path}{hint}"
+            retyped = retyped_key(class_path, path[-1]) if class_path and path else None
+            if retyped and leaf.startswith("Unable to load config"):  # an old key's value where a section is now
+                value = leaf.removeprefix("Unable to load config").strip(" '\"")
+                return (f"{'.'.join(path)}: a section now; the value {value} goes to "
+                        f"{new_place(path[:-1], retyped)} (a key of {class_path})")
             if after_class:  # the class itself was refused (not importable, not allowed)
                 return f"{'.'.join([*path[:-1], 'class_path'])}={class_path!r}: {leaf}"
             return f"{'.'.join(path)}: {leaf}" if path else leaf

@@ -114,4 +114,4 @@ def write_error(err: BaseException) -> str | None:
     except OSError:
         size = ""
     return (f"no shared memory left in {SHARED_MEMORY}{size} for the rollout workers: enlarge it (docker run "
-            f"--shm-size=2g) or collect in this process (data.init_args.workers: 0)")
+            f"--shm-size=2g) or collect in this process (data.init_args.collector.workers: 0)")

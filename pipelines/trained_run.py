@@ -19,8 +19,8 @@ from pipelines.parser import config_exit
 # what a config's data module and trainer get for playing episodes here: the collector and trainer options meant
 # for the training's hardware (rollout workers, Ray, a compiled or CUDA-graph collector policy, GPUs, DDP) play
 # no part in evaluation, which steps its own envs with the policy in this process
-PLAY_HERE = {"data": {"workers": 0, "collector": "sync", "ray": None, "compile_policy": False,
-                      "cudagraph_policy": False},
+PLAY_HERE = {"data": {"collector": {"workers": 0, "mode": "sync", "ray": None, "compile_policy": False,
+                                    "cudagraph_policy": False}},
              "trainer": {"accelerator": "cpu", "devices": 1, "strategy": "auto", "num_nodes": 1, "precision": None}}
 
 
@@ -40,10 +40,18 @@ class _EvaluationCLI(FitCLI):
         trainer = self.config.get("trainer") or Namespace()
         for node, values in ((data, {**PLAY_HERE["data"], "device": self.play_device}),
                              (trainer, PLAY_HERE["trainer"])):
-            for key, value in values.items():
-                if key in node:  # (the keys a data module has: EpisodeDataModule has no collector)
-                    node[key] = value
+            _set_present(node, values)
         super().before_instantiate_classes()
+
+
+def _set_present(node: Namespace, values: dict) -> None:
+    """Set ``values`` (nested dicts for sections) in ``node`` where its config has the key (the keys a data module
+    has: ``EpisodeDataModule`` has no collector)."""
+    for key, value in values.items():
+        if key in node and isinstance(value, dict):
+            _set_present(node[key], value)
+        elif key in node:
+            node[key] = value
 
 
 def load_run(configs: str | list[str] | None, ckpt_path: str, overrides: list[str],

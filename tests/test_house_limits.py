@@ -58,3 +58,20 @@ def test_the_checkers_find_what_they_look_for(tmp_path: Path) -> None:
     assert long_functions(tmp_path, ("pkg",), 60) == ["pkg/a.py:1 long: 62"]
     assert long_files(tmp_path, ("pkg",), 60) == ["pkg/a.py: 66"]
     assert long_files(tmp_path, ("pkg",), 66) == []
+
+
+def test_every_data_module_takes_at_most_six_arguments() -> None:
+    """A data module takes its env, option objects (collector, replay buffer), budget, seed and device: the
+    collector's and the buffer's own keys live in their sections (``pipelines.data.options``)."""
+    import inspect
+
+    import pipelines.episodes  # noqa: F401  (the modules that define data modules)
+    from pipelines.catalogue import subclasses
+    from pipelines.data import OffPolicyDataModule, OnPolicyDataModule, RLDataModule
+
+    assert OnPolicyDataModule and OffPolicyDataModule
+
+    modules = [cls for cls in subclasses(RLDataModule) if not inspect.isabstract(cls)]
+    assert {cls.__name__ for cls in modules} >= {"OnPolicyDataModule", "OffPolicyDataModule", "EpisodeDataModule"}
+    wide = {cls.__name__: n for cls in modules if (n := len(inspect.signature(cls.__init__).parameters) - 1) > 6}
+    assert wide == {}

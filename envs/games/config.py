@@ -143,7 +143,8 @@ class GameConfig(EnvConfig):
     ``episode_reward`` and ``report/game_score``.
 
     stable-retro games run one emulator per process: a retro env of one row steps in this process (the rollout
-    workers' case, ``data.workers = data.num_envs``), one of several rows (or a second env in a process that has
+    workers' case, ``data.collector.workers = data.collector.num_envs``), one of several rows (or a second env in a
+    process that has
     one) runs each emulator in its own process (gymnasium ``AsyncVectorEnv``). ALE games step in this process.
 
     Args:

@@ -216,8 +216,8 @@ class WorkerCollector:
         stopped = [w for w, pid in enumerate(self.pids) if _process_state(pid) in ("T", "t")]
         named = ", ".join(f"{w} (pid {self.pids[w]}{', stopped' if w in stopped else ''})"
                           for w in (stopped or range(len(self.pids))))
-        self._stall = (f"rollout workers {named} gave no {what} within data.worker_timeout_s={self.timeout_s:g} s: "
-                       f"the run stops (its checkpoints are kept)")
+        self._stall = (f"rollout workers {named} gave no {what} within data.collector.worker_timeout_s="
+                       f"{self.timeout_s:g} s: the run stops (its checkpoints are kept)")
         for pid in self.pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)

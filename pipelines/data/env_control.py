@@ -122,7 +122,7 @@ class EnvControl:
 
 
 class TrainingEnvCalls:
-    """The calls on the training envs :class:`pipelines.data.base.RLDataModule` has from here (a mixin before
+    """The calls on the training envs :class:`pipelines.data.base.EnvDataModule` has from here (a mixin before
     ``LightningDataModule``), named for the callbacks that make them: through its :class:`EnvControl` (``control``),
     so that rollout workers' envs get them too."""
 

@@ -8,21 +8,20 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from typing import Literal
 
-from jsonargparse.typing import PositiveFloat, PositiveInt
+from jsonargparse.typing import PositiveInt
 from tensordict import TensorDict
 from torchrl.data import TensorDictReplayBuffer
 
 from envs import EnvConfig
-from pipelines.data.base import RLDataModule, check
-from pipelines.data.ray_collector import RayOptions
+from pipelines.data.base import EnvDataModule, check
+from pipelines.data.options import CollectorOptions, ReplayOptions
 from pipelines.data.replay import load_pending_steps, make_replay_buffer, pending_steps, store, update_priorities
 
 log = logging.getLogger(__name__)
 
 
-class OffPolicyDataModule(RLDataModule):
+class OffPolicyDataModule(EnvDataModule):
     """Off-policy pipeline: collect ``frames_per_batch`` -> ``buffer.extend`` -> ``utd_ratio`` sampled
     batches of ``batch_size`` transitions per collected batch, handed to the module's ``training_step`` as
     ``[K, batch_size]`` stacks of K updates (:meth:`training_batches`).
@@ -34,9 +33,9 @@ class OffPolicyDataModule(RLDataModule):
     per env row. The buffer is part of the checkpoint. "Train every k env steps" is
     ``frames_per_batch = k * num_envs`` with ``utd_ratio = 1``.
 
-    With ``workers: 1`` and ``collector: async`` the worker collects the next batch while the learner trains on
-    this one (TorchRL's ``MultiAsyncCollector``), so collection and updates use two cores at once. The worker plays
-    a copy of the learner's weights taken when its last batch reached the learner
+    With ``collector.workers: 1`` and ``collector.mode: async`` the worker collects the next batch while the learner
+    trains on this one (TorchRL's ``MultiAsyncCollector``), so collection and updates use two cores at once. The
+    worker plays a copy of the learner's weights taken when its last batch reached the learner
     (:class:`pipelines.data.collectors.PublishingAsyncCollector`): batch k is played by the weights after k - 1
     batches (each frame's ``policy_version``; ``time/policy_lag`` 1), whatever the timing, so such a run repeats bit
     for bit. It pays where collecting is a large share of large batches: the CartPole DQN peer run took 49.2 s
@@ -47,80 +46,62 @@ class OffPolicyDataModule(RLDataModule):
     returns are computed per (env, agent) and a sampled transition is one agent's, with its ``agent_id``.
 
     Args:
-        buffer_size: capacity in transitions (per rank; one agent's transition counts one).
-        batch_size: transitions per sampled batch.
-        utd_ratio: sampled batches (optimiser steps) per collected batch.
-        init_random_frames: random-action warm-up, in frames over all ranks.
-        storage: ``tensor`` (``LazyTensorStorage``, in memory) or ``memmap`` (``LazyMemmapStorage``, on disk
-            under ``scratch_dir``/rank<k>, for large buffers).
-        scratch_dir: folder of the memmap storage; when null, ``replay/`` in the run's folder, removed when the run
-            finishes and kept (and named in the log) after a fault.
-        prioritized: proportional prioritised replay (:class:`pipelines.data.replay.PrioritizedSampler`): after
-            each training step the sampled items get the priority the module wrote under ``td_error``
-            (the |TD error|); the loss weights items by ``priority_weight``.
-        priority_alpha: the priority exponent (Schaul et al. 2016; 0 is uniform sampling).
-        priority_beta: the importance-weight exponent (Schaul et al. 2016; 1 corrects the bias fully).
-
-    The other arguments are as :class:`RLDataModule`'s.
+        env: the environment's config (e.g. ``envs.hockey.HockeyConfig``).
+        collector: how the envs are stepped (:class:`~pipelines.data.options.CollectorOptions`).
+        replay_buffer: the buffer, its warm-up and its sampling (:class:`~pipelines.data.options.ReplayOptions`:
+            ``buffer_size``, ``batch_size``, ``utd_ratio``, ``init_random_frames``, ``storage``, ``prioritized``...).
+        total_frames: the run's budget in frames, summed over ranks.
+        seed: seed of env row 0 on rank 0; null: the run's seed.
+        device: device the env and collector run on; null follows the trainer's root device.
 
     Raises:
-        ValueError: a non-positive size, an unknown storage, ``collector: async`` with more than one worker, or
-            too few steps per batch for the module's n-step transform (the message names the key).
+        ValueError: as :class:`~pipelines.data.base.EnvDataModule`; ``collector.mode: async`` with more than one
+            worker; ``buffer_size`` below ``num_envs``; at set-up, too few steps per batch for the module's n-step
+            transform (the message names the key).
     """
 
-    def __init__(self, env: EnvConfig, num_envs: PositiveInt = 8, frames_per_batch: PositiveInt = 32,
-                 total_frames: PositiveInt = 100_000, buffer_size: PositiveInt = 100_000, batch_size: PositiveInt = 128,
-                 utd_ratio: PositiveInt = 1, init_random_frames: int = 1000,
-                 storage: Literal["tensor", "memmap"] = "tensor", scratch_dir: str | None = None,
-                 prioritized: bool = False, priority_alpha: float = 0.6, priority_beta: float = 0.4,
-                 seed: int | None = None,
-                 device: str | None = None, workers: int = 0, worker_timeout_s: PositiveFloat = 300.0,
-                 collector: Literal["sync", "async", "ray"] = "sync", ray: RayOptions | None = None,
-                 compile_policy: bool = False, cudagraph_policy: bool = False) -> None:
-        super().__init__(env, num_envs, frames_per_batch, total_frames, seed, device, workers, worker_timeout_s,
-                         collector, ray, compile_policy, cudagraph_policy)
-        check(collector != "async" or workers == 1,
-              f"data.collector=async needs data.workers=1 here, got {workers}: the replay buffer stores every env "
-              "row's steps in order, and with several workers an asynchronous batch holds one worker's rows (use "
-              "workers: 1, or collector: sync or ray)")
-        check(buffer_size >= num_envs, f"data.buffer_size={buffer_size} must be >= data.num_envs={num_envs}")
-        check(batch_size >= 1, f"data.batch_size must be >= 1, got {batch_size}")
-        check(utd_ratio >= 1, f"data.utd_ratio must be >= 1, got {utd_ratio}")
-        check(init_random_frames >= 0, f"data.init_random_frames must be >= 0, got {init_random_frames}")
-        check(storage in ("tensor", "memmap"), f"data.storage={storage!r} is not allowed: one of tensor, memmap")
-        check(priority_alpha >= 0 and 0 <= priority_beta <= 1,
-              f"data.priority_alpha >= 0 and data.priority_beta in [0, 1] required, "
-              f"got {priority_alpha}, {priority_beta}")
-        self.buffer_size = int(buffer_size)  # plain ints: the buffer's state (checkpoint) keeps them
-        self.batch_size = int(batch_size)
-        self.utd_ratio = int(utd_ratio)
-        self.init_random_frames = init_random_frames
-        self.storage = storage
-        self.scratch_dir = scratch_dir
-        self.prioritized = prioritized
-        self.priority_alpha, self.priority_beta = float(priority_alpha), float(priority_beta)
+    def __init__(self, env: EnvConfig, collector: CollectorOptions = CollectorOptions(),
+                 replay_buffer: ReplayOptions = ReplayOptions(), total_frames: PositiveInt = 100_000,
+                 seed: int | None = None, device: str | None = None) -> None:
+        super().__init__(env=env, collector=collector, total_frames=total_frames, seed=seed, device=device)
+        check(collector.mode != "async" or collector.workers == 1,
+              f"data.collector.mode=async needs data.collector.workers=1 here, got {collector.workers}: the replay "
+              "buffer stores every env row's steps in order, and with several workers an asynchronous batch holds "
+              "one worker's rows (use workers: 1, or mode: sync or ray)")
+        check(replay_buffer.buffer_size >= collector.num_envs,
+              f"data.replay_buffer.buffer_size={replay_buffer.buffer_size} must be >= data.collector.num_envs="
+              f"{collector.num_envs}")
+        self.replay_options = replay_buffer
         self.buffer: TensorDictReplayBuffer | None = None
         self._own_scratch: str | None = None  # the memmap folder this data module chose in the run's folder
+
+    @property
+    def init_random_frames(self) -> int:
+        """The random-action warm-up in frames over all ranks (``replay_buffer.init_random_frames``)."""
+        return self.replay_options.init_random_frames
 
     def setup(self, stage: str) -> None:
         super().setup(stage)
         if self.buffer is None:
-            rows = self.num_envs * (self.num_agents or 1)
-            check(self.buffer_size >= rows, f"data.buffer_size={self.buffer_size} must be >= data.num_envs * "
-                                            f"env.num_agents = {rows} (one row per env and agent)")
+            options, rows = self.replay_options, self.num_envs * (self.num_agents or 1)
+            check(options.buffer_size >= rows, f"data.replay_buffer.buffer_size={options.buffer_size} must be >= "
+                                               f"data.collector.num_envs * env.num_agents = {rows} (one row per env "
+                                               "and agent)")
             module = self.trainer.lightning_module if self.trainer is not None else None
             transform = module.replay_transform() if module is not None else None
             steps, n_steps = self.frames_per_batch // self.num_envs, getattr(transform, "n_steps", 0)
             # the n-step transform holds n steps back; TorchRL 0.14's 2-D storage fails on 1-step slices
-            check(steps - n_steps >= 2, f"data.frames_per_batch / data.num_envs = {steps} steps per env must be "
-                                       f">= model.n_steps + 2 = {n_steps + 2} (the buffer's n-step transform holds "
-                                       f"n steps back and TorchRL's 2-D storage needs slices of >= 2 steps)")
+            check(steps - n_steps >= 2, f"data.collector.frames_per_batch / data.collector.num_envs = {steps} steps "
+                                       f"per env must be >= model.n_steps + 2 = {n_steps + 2} (the buffer's n-step "
+                                       "transform holds n steps back and TorchRL's 2-D storage needs slices of >= 2 "
+                                       "steps)")
             folder = None
-            if self.storage == "memmap":
-                folder = os.path.join(self.scratch_dir or self._run_scratch(), f"rank{self.rank}")
-            sample_size = self.batch_size * (1 if self.prioritized else self.utd_ratio)  # see training_batches
-            self.buffer = make_replay_buffer(self.buffer_size, rows, sample_size, self.storage, folder,
-                                             self.prioritized, self.priority_alpha, self.priority_beta, transform)
+            if options.storage == "memmap":
+                folder = os.path.join(options.scratch_dir or self._run_scratch(), f"rank{self.rank}")
+            sample_size = options.batch_size * (1 if options.prioritized else options.utd_ratio)  # training_batches
+            self.buffer = make_replay_buffer(options.buffer_size, rows, sample_size, options.storage, folder,
+                                             options.prioritized, options.priority_alpha, options.priority_beta,
+                                             transform)
 
     def _run_scratch(self) -> str:
         """The memmap storage's folder when ``scratch_dir`` is null: ``replay`` in the run's folder (the trainer's
@@ -160,7 +141,7 @@ class OffPolicyDataModule(RLDataModule):
     def steps_per_batch(self) -> int:
         """Training steps per collected batch: one of ``utd_ratio`` updates with uniform sampling; ``utd_ratio``
         of one update each with prioritised replay (each update's priorities change the next sample)."""
-        return self.utd_ratio if self.prioritized else 1
+        return self.replay_options.utd_ratio if self.replay_options.prioritized else 1
 
     def num_training_steps(self) -> int:
         """Training steps of the whole run: collected batches after the warm-up times :attr:`steps_per_batch`."""
@@ -173,15 +154,15 @@ class OffPolicyDataModule(RLDataModule):
         ``utd_ratio`` samples drawn at once (uniform sampling with replacement: the same distribution as
         ``utd_ratio`` draws, the buffer does not change in between), or, with prioritised replay, ``utd_ratio``
         stacks of one, the priorities updated after each."""
-        module = self.trainer.lightning_module
+        module, options = self.trainer.lightning_module, self.replay_options
         for batch in self.batches():
             store(self.buffer, batch, module.replay_keys(), self.num_agents)
             if module.collected_frames <= self.init_random_frames:
                 continue
-            if not self.prioritized:  # (a stop is checked before each collection: every update of a batch is taken)
-                yield self.buffer.sample().reshape(self.utd_ratio, self.batch_size)
+            if not options.prioritized:  # (a stop is checked before each collection: every update of a batch is taken)
+                yield self.buffer.sample().reshape(options.utd_ratio, options.batch_size)
                 continue
-            for _ in range(self.utd_ratio):
+            for _ in range(options.utd_ratio):
                 # on the device the trainer moves batches to: a TensorDict without one (a buffer restored from a
                 # checkpoint samples those) would reach training_step as a copy, and its td_error never back here
                 sample = self.buffer.sample().unsqueeze(0).to(self.device)

@@ -1,11 +1,11 @@
-"""Rollout actors on a Ray cluster (``data.collector: ray``): TorchRL's ``RayCollector`` runs ``data.workers`` remote
-collectors (Ray actors, each a TorchRL ``Collector`` over its own ``num_envs / workers`` env rows, seeded like the
-local workers' rows), anywhere on the cluster. Collection goes in synchronous rounds: before each round the learner's
-weights reach every actor (one copy in Ray's object store, loaded by each actor's ``update_policy_weights_``), and
-the round's batch stacks one batch per actor, so on-policy PPO stays on-policy and off-policy DQN / SAC fill their
-replay buffer from every actor.
+"""Rollout actors on a Ray cluster (``data.collector.mode: ray``): TorchRL's ``RayCollector`` runs
+``data.collector.workers`` remote collectors (Ray actors, each a TorchRL ``Collector`` over its own ``num_envs /
+workers`` env rows, seeded like the local workers' rows), anywhere on the cluster. Collection goes in synchronous
+rounds: before each round the learner's weights reach every actor (one copy in Ray's object store, loaded by each
+actor's ``update_policy_weights_``), and the round's batch stacks one batch per actor, so on-policy PPO stays on-policy
+and off-policy DQN / SAC fill their replay buffer from every actor.
 
-An actor that dies (its process or its node) is restarted by Ray, up to ``data.ray.max_restarts`` times (each
+An actor that dies (its process or its node) is restarted by Ray, up to ``data.collector.ray.max_restarts`` times (each
 restart logged): the round it failed is collected again by all actors, the restarted one with its envs started
 again from their seeds and the env calls made since the start (curriculum phases, opponents...) made again. Past
 the limit the run stops with an error that names the actor and its node.
@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib.util
 import logging
 import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from functools import partial
 
 from tensordict import TensorDict, TensorDictBase
@@ -37,39 +35,9 @@ from torchrl.collectors import Collector
 from envs import EnvConfig
 from pipelines.data.collectors import VersionedPolicy, make_worker_env, watchdog
 from pipelines.data.env_control import Call
+from pipelines.data.options import RayOptions
 
 log = logging.getLogger(__name__)
-
-INSTALL = "pip install -e .[ray]"
-
-
-@dataclass
-class RayOptions:
-    """Where the Ray actors of ``data.collector: ray`` run (``data.ray``).
-
-    Args:
-        address: the cluster to join: ``auto`` (the one this machine is part of, started with ``ray start``), a
-            head node's ``host:port`` or ``ray://host:10001``; null starts a local Ray instance for the run.
-        num_cpus: CPUs each actor reserves on its node (Ray's ``num_cpus``; may be fractional).
-        max_restarts: how often Ray may restart an actor that died (each restart logged); past it the run stops.
-    """
-
-    address: str | None = None
-    num_cpus: float = 1.0
-    max_restarts: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.num_cpus > 0:
-            raise ValueError(f"data.ray.num_cpus={self.num_cpus} is not allowed: > 0 (CPUs per actor)")
-        if self.max_restarts < 0:
-            raise ValueError(f"data.ray.max_restarts={self.max_restarts} is not allowed: >= 0")
-
-
-def check_ray_installed() -> None:
-    """Raise ``ValueError`` naming the install command when Ray is not installed (before any work)."""
-    if importlib.util.find_spec("ray") is None:
-        raise ValueError(f"data.collector=ray needs Ray, which is not installed: {INSTALL} (the ray extra)")
-
 
 def _materialise(shell: nn.Module) -> nn.Module:
     return shell.to_empty(device="cpu")
@@ -111,7 +79,7 @@ class RayWorkerCollector:
         frames_per_batch: frames per round over all actors.
         options: the cluster address, CPUs per actor and restarts (:class:`RayOptions`).
         timeout_s: the longest a round (or a call on the actors) may take: past it the actors are killed for good
-            and the run stops with an error naming the stuck ones (``data.worker_timeout_s``).
+            and the run stops with an error naming the stuck ones (``data.collector.worker_timeout_s``).
         startup_calls: per actor, the calls its env makes right after it is built.
         later_calls: actor w -> the env calls made since the start, in order, made again on the actor after Ray
             restarted it (its constructor replays only the startup calls); None: none.
@@ -182,8 +150,8 @@ class RayWorkerCollector:
         for w, state in enumerate(states):
             if state["restarts"] > self._restarts[w]:
                 self._restarts[w] = state["restarts"]
-                log.warning("Ray actor %d (node %s) died and was restarted (%d of data.ray.max_restarts=%d)", w,
-                            state["node_id"], state["restarts"], self.options.max_restarts)
+                log.warning("Ray actor %d (node %s) died and was restarted (%d of data.collector.ray.max_restarts=%d)",
+                            w, state["node_id"], state["restarts"], self.options.max_restarts)
                 actor = self._collector.remote_collectors[w]
                 self._ray.get(actor.cascade_execute.remote("__setattr__", "init_random_frames", remaining))
                 for method, args, kwargs in self.later_calls(w):  # e.g. a curriculum phase, an opponent, a model
@@ -193,7 +161,7 @@ class RayWorkerCollector:
         states = self.actor_states()
         dead = [f"{w} (node {s['node_id']}, {s['restarts']} restarts)" for w, s in enumerate(states)
                 if s["state"] == "DEAD"] or ["?"]
-        return RuntimeError(f"Ray actor {', '.join(dead)} died and data.ray.max_restarts="
+        return RuntimeError(f"Ray actor {', '.join(dead)} died and data.collector.ray.max_restarts="
                             f"{self.options.max_restarts} restarts are used up: the run stops (its checkpoints are "
                             f"kept). {type(error).__name__}: {error}")
 
@@ -201,8 +169,8 @@ class RayWorkerCollector:
         """The watchdog fired: name the actors and kill them for good, so that the wait on them raises."""
         states = self.actor_states()
         named = ", ".join(f"{w} (node {s['node_id']}, pid {s['pid']})" for w, s in enumerate(states))
-        self._stall = (f"Ray actors {named} gave no {what} within data.worker_timeout_s={self.timeout_s:g} s: the run "
-                       f"stops (its checkpoints are kept)")
+        self._stall = (f"Ray actors {named} gave no {what} within data.collector.worker_timeout_s={self.timeout_s:g} "
+                       f"s: the run stops (its checkpoints are kept)")
         for actor in self._collector.remote_collectors:
             self._ray.kill(actor, no_restart=True)
 
@@ -248,8 +216,8 @@ class RayWorkerCollector:
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"Ray actors {[s['state'] for s in states]} did not come back within "
-                                   f"data.worker_timeout_s={self.timeout_s:g} s after {type(error).__name__}: "
-                                   f"{error}") from error
+                                   f"data.collector.worker_timeout_s={self.timeout_s:g} s after "
+                                   f"{type(error).__name__}: {error}") from error
             time.sleep(0.2)
 
     def __iter__(self) -> Iterator[TensorDictBase]:

@@ -178,8 +178,8 @@ def update_priorities(buffer: TensorDictReplayBuffer, sample: TensorDict) -> Non
         ValueError: the sample has no ``td_error`` (the module does not write one).
     """
     if "td_error" not in sample.keys():
-        raise ValueError("data.prioritized=true needs a module that writes each sampled item's |TD error| under "
-                         "td_error (e.g. DQNModule)")
+        raise ValueError("data.replay_buffer.prioritized=true needs a module that writes each sampled item's |TD "
+                         "error| under td_error (e.g. DQNModule)")
     buffer.update_priority(sample["index"], sample["td_error"])
 
 

@@ -92,8 +92,9 @@ class FrameStream:
             return
         warmup = getattr(self, "init_random_frames", 0)
         raise ValueError(f"data.init_args.total_frames={self.total_frames} gives no update: the run collects whole "
-                         f"batches of data.init_args.frames_per_batch={self.frames_per_batch} frames per rank"
-                         + (f" and updates after data.init_args.init_random_frames={warmup} frames" if warmup else "")
+                         f"batches of data.init_args.collector.frames_per_batch={self.frames_per_batch} frames per "
+                         "rank" + (f" and updates after data.init_args.replay_buffer.init_random_frames={warmup} frames"
+                                   if warmup else "")
                          + f"; raise total_frames above {max(warmup, self.frames_per_batch * self.world_size)}")
 
     @property

@@ -11,11 +11,12 @@ import sys
 import yaml
 
 from benchmarks.gpu_path import scaled_args
+from benchmarks.peer_sb3 import data_settings
 from tests.pipelines.conftest import REPO
 
 
 def _data(name: str) -> dict:
-    return yaml.safe_load((REPO / "configs" / name).read_text())["data"]["init_args"]
+    return data_settings(yaml.safe_load((REPO / "configs" / name).read_text()))
 
 
 def test_ppo_scaled_to_more_envs_keeps_its_steps_per_env_and_minibatches_per_epoch():

@@ -34,7 +34,8 @@ class _Undeclared(L.Callback):
 
 def test_rl_callbacks_see_every_batch_after_its_frames_are_counted(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.argv", ["fit"])
-    args = ["--config", CARTPOLE_DQN, "--data.init_args.total_frames=1280", "--data.init_args.init_random_frames=256",
+    args = ["--config", CARTPOLE_DQN, "--data.init_args.total_frames=1280",
+            "--data.init_args.replay_buffer.init_random_frames=256",
             "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false", "--trainer.logger=false",
             "--trainer.enable_checkpointing=false", f"--trainer.default_root_dir={tmp_path}"]
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,

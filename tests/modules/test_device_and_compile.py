@@ -1,7 +1,7 @@
 """The GPU path's set-up and the compile options, checked on a CPU machine: networks are shaped on the CPU even when
 Lightning's ``configure_model`` runs with another default device (as on ``--trainer.accelerator=gpu``), the env
 specs are CPU specs whatever the env's device, ``model.compile`` gives the same loss and gradients as the eager
-update, ``data.compile_policy`` gives the eager policy's values, and bad compile settings are refused at
+update, ``data.collector.compile_policy`` gives the eager policy's values, and bad compile settings are refused at
 construction."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from envs import EnvSpecs
 from envs.gym import GymConfig
 from modules.dqn import DQNModule, QNetwork
 from modules.sac import SACModule, SACNetworks
-from pipelines.data import OffPolicyDataModule
+from pipelines.data import CollectorOptions, OffPolicyDataModule, ReplayOptions
 
 
 def _specs(action_spec, width: int) -> EnvSpecs:
@@ -113,11 +113,12 @@ def test_bad_compile_settings_are_refused(kwargs, message):
 
 
 def test_compiled_collector_policy_gives_the_eager_values_on_cpu():
-    """``data.compile_policy: true`` on a CPU machine is harmless: TorchRL's collector runs the policy through
+    """``data.collector.compile_policy: true`` on a CPU machine is harmless: TorchRL's collector runs the policy through
     ``torch.compile``, and the greedy actions it took on the collected observations are the eager network's."""
     torch.manual_seed(0)
-    data = OffPolicyDataModule(GymConfig(env_id="CartPole-v1"), num_envs=2, frames_per_batch=16, init_random_frames=0,
-                               device="cpu", compile_policy=True)
+    data = OffPolicyDataModule(GymConfig(env_id="CartPole-v1"),
+                               CollectorOptions(num_envs=2, frames_per_batch=16, compile_policy=True),
+                               ReplayOptions(init_random_frames=0), device="cpu")
     module = DQNModule(QNetwork(2, (32,)), epsilon=0.0)
     module.build(Categorical(2), TensorDict(observation=torch.zeros(2, 4), batch_size=[2]))
     with torch.no_grad():  # Q = relu(+-(pole angle + angular velocity)): both actions come up
@@ -139,9 +140,11 @@ def test_compiled_collector_policy_gives_the_eager_values_on_cpu():
 
 
 def test_collector_policy_options_are_refused_where_they_cannot_apply():
-    with pytest.raises(ValueError, match=r"data\.compile_policy=true needs in-process envs \(data\.workers: 0"):
-        OffPolicyDataModule(GymConfig(env_id="CartPole-v1"), num_envs=2, workers=2, compile_policy=True)
-    data = OffPolicyDataModule(GymConfig(env_id="CartPole-v1"), num_envs=2, cudagraph_policy=True)
-    with pytest.raises(ValueError, match=r"data\.cudagraph_policy=true needs a CUDA device .* got cpu"):
+    with pytest.raises(ValueError, match=r"data\.collector\.compile_policy=true needs in-process envs "
+                                         r"\(data\.collector\.workers: 0"):
+        CollectorOptions(num_envs=2, frames_per_batch=16, workers=2, compile_policy=True)
+    data = OffPolicyDataModule(GymConfig(env_id="CartPole-v1"),
+                               CollectorOptions(num_envs=2, frames_per_batch=16, cudagraph_policy=True))
+    with pytest.raises(ValueError, match=r"data\.collector\.cudagraph_policy=true needs a CUDA device .* got cpu"):
         data.check_device("cpu")
     data.check_device("cuda:0")  # (checked, not used: no CUDA needed)

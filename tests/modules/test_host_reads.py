@@ -39,8 +39,10 @@ def test_host_reads_counts_what_waits_for_the_host_and_nothing_else():
     assert torch.Tensor.tolist(x) == x.tolist()  # the patch is gone after the block
 
 
-RUNS = {"dqn": ["cartpole_dqn.yaml", "--data.init_args.total_frames=1024", "--data.init_args.init_random_frames=256"],
-        "sac": ["pendulum_sac.yaml", "--data.init_args.total_frames=600", "--data.init_args.init_random_frames=400"],
+RUNS = {"dqn": ["cartpole_dqn.yaml", "--data.init_args.total_frames=1024",
+                "--data.init_args.replay_buffer.init_random_frames=256"],
+        "sac": ["pendulum_sac.yaml", "--data.init_args.total_frames=600",
+                "--data.init_args.replay_buffer.init_random_frames=400"],
         "ppo": ["cartpole_ppo.yaml", "--data.init_args.total_frames=1024"]}
 
 

@@ -205,7 +205,7 @@ def test_cartpole_config_decays_lr_and_clip_linearly_and_starts_orthogonal(tmp_p
     assert torch.allclose(last @ last.T, 1e-4 * torch.eye(2), atol=1e-8) and not net.actor[0].bias.any()
 
     cli = main(["--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--data.init_args.total_frames=1024",
-                "--data.init_args.ppo_epochs=2", "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
+                "--model.init_args.ppo_epochs=2", "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
                 f"--trainer.logger.init_args.save_dir={tmp_path}"])
     model = cli.model
     assert model.collected_frames == 1024 and cli.trainer.global_step == 4 * 2

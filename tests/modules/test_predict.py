@@ -33,8 +33,9 @@ def _fit(tmp_path, config: str, *extra: str):
 @pytest.fixture(scope="module")
 def cartpole(tmp_path_factory):
     run, ckpt = _fit(tmp_path_factory.mktemp("cartpole"), "cartpole_dqn.yaml", "--data.init_args.total_frames=128",
-                     "--data.init_args.init_random_frames=64", "--data.init_args.frames_per_batch=64",
-                     "--data.init_args.batch_size=32", "--data.init_args.utd_ratio=1",
+                     "--data.init_args.replay_buffer.init_random_frames=64",
+                     "--data.init_args.collector.frames_per_batch=64",
+                     "--data.init_args.replay_buffer.batch_size=32", "--data.init_args.replay_buffer.utd_ratio=1",
                      "--model.init_args.network.init_args.hidden_dims=[16]")
     return ckpt, run.datamodule
 
@@ -42,7 +43,7 @@ def cartpole(tmp_path_factory):
 @pytest.fixture(scope="module")
 def pendulum(tmp_path_factory):
     run, ckpt = _fit(tmp_path_factory.mktemp("pendulum"), "pendulum_sac.yaml", "--data.init_args.total_frames=112",
-                     "--data.init_args.init_random_frames=104",
+                     "--data.init_args.replay_buffer.init_random_frames=104",
                      "--model.init_args.network.init_args.actor_hidden_dims=[16]",
                      "--model.init_args.network.init_args.critic_hidden_dims=[16]")
     return ckpt, run.datamodule

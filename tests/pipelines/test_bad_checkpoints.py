@@ -65,7 +65,8 @@ def test_same_model_with_other_networks_or_env_is_named(smoke_run, tmp_path, ove
     """A checkpoint of the config's own model class trained with other networks or another env: the first key
     that differs, with both values, exit 2, nothing written (the checkpoint records its config)."""
     run = subprocess.run([sys.executable, "-m", "pipelines.fit", "--config", SMOKE, "--ckpt_path", smoke_run["last"],
-                          override, "--data.init_args.frames_per_batch=320", "--data.init_args.mini_batch_size=160"],
+                          override, "--data.init_args.collector.frames_per_batch=320",
+                          "--model.init_args.mini_batch_size=160"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert run.returncode == 2, run.stderr[-2000:]

@@ -67,8 +67,9 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint(tmp_path):
     common = ["--config", CARTPOLE, "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
               "--trainer.callbacks+=callbacks.ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=2",
               "--trainer.callbacks.save_top_k=0", "--trainer.callbacks.save_last=true",
-              "--data.init_args.init_random_frames=256", "--data.init_args.num_envs=4",
-              "--data.init_args.frames_per_batch=64", "--data.init_args.batch_size=32", "--data.init_args.utd_ratio=2",
+              "--data.init_args.replay_buffer.init_random_frames=256", "--data.init_args.collector.num_envs=4",
+              "--data.init_args.collector.frames_per_batch=64", "--data.init_args.replay_buffer.batch_size=32",
+              "--data.init_args.replay_buffer.utd_ratio=2",
               "--model.init_args.network.init_args.hidden_dims=[32, 32]", f"--trainer.default_root_dir={tmp_path}"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     killed = subprocess.run([sys.executable, "-m", "pipelines.fit", *common, "--data.init_args.total_frames=6400",

@@ -20,7 +20,7 @@ from envs.gym import GymConfig
 from modules.base import RLModule
 from modules.sac import SACModule, SACNetworks
 from pipelines.compatibility import probe_specs
-from pipelines.data import OffPolicyDataModule
+from pipelines.data import CollectorOptions, OffPolicyDataModule
 from pipelines.evaluate import main as evaluate
 from pipelines.fit import main
 from tests.pipelines.conftest import REPO
@@ -115,7 +115,7 @@ def test_sac_takes_cartpoles_discrete_actions():
 
 
 def _data(env) -> OffPolicyDataModule:
-    return OffPolicyDataModule(env, num_envs=1, frames_per_batch=8, total_frames=8, seed=3)
+    return OffPolicyDataModule(env, CollectorOptions(num_envs=1, frames_per_batch=8), total_frames=8, seed=3)
 
 
 def test_the_probe_env_leaves_the_random_states_and_the_emulator_as_they_were():
@@ -140,8 +140,8 @@ def test_num_actions_taken_from_the_env_trains_acrobot_and_evaluates(tmp_path):
     cli = main(["--config", DQN, f"{ENV_ID}Acrobot-v1", "--trainer.enable_progress_bar=false",
                 "--trainer.callbacks=[]", "--trainer.callbacks+=callbacks.ModelCheckpoint",
                 "--trainer.callbacks.save_last=true", f"--trainer.logger.init_args.save_dir={tmp_path}",
-                "--data.init_args.total_frames=512", "--data.init_args.init_random_frames=256",
-                "--data.init_args.utd_ratio=4", f"{NETWORK}hidden_dims=[32]"])
+                "--data.init_args.total_frames=512", "--data.init_args.replay_buffer.init_random_frames=256",
+                "--data.init_args.replay_buffer.utd_ratio=4", f"{NETWORK}hidden_dims=[32]"])
     assert cli.model.network.num_actions == 3 and cli.model.network.advantage.out_features == 3
     assert cli.model.collected_frames == 512 and cli.trainer.global_step == 4
     folder = tmp_path / "cartpole_dqn" / "version_0"

@@ -16,8 +16,10 @@ from tests.pipelines.conftest import REPO, SMOKE
 @pytest.mark.parametrize("override,message", [
     ("--model.init_args.gamma=1.5", r"model\.gamma=1\.5 is not allowed: in \[0, 1\]"),
     ("--model.init_args.lr=1e300", r"model\.lr=1e\+300 is not allowed: a learning rate in \(0, 1\]"),
-    ("--data.init_args.frames_per_batch=1001", r"data\.frames_per_batch=1001 must be a multiple of data\.num_envs"),
-    ("--data.init_args.cudagraph_policy=true", r"data\.cudagraph_policy=true needs a CUDA device .*got cpu"),
+    ("--data.init_args.collector.frames_per_batch=1001",
+     r"data\.collector\.frames_per_batch=1001 must be a multiple of data\.collector\.num_envs"),
+    ("--data.init_args.collector.cudagraph_policy=true",
+     r"data\.collector\.cudagraph_policy=true needs a CUDA device .*got cpu"),
     ("--data.init_args.env.init_args.instances={tmp}/none/*.txt", r"env\.instances=.*none/\*\.txt' matches no file"),
     ("--data.init_args.env.init_args.instances={tmp}/broken.txt", r"instance file .*broken\.txt' is malformed"),
 ])

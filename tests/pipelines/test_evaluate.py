@@ -174,7 +174,11 @@ def _run_folder(smoke_run, tmp_path, data: dict, trainer: dict) -> str:
     import yaml
 
     config = yaml.safe_load((smoke_run["dir"] / "config.yaml").read_text())
-    config["data"]["init_args"].update(data)
+    for key, value in data.items():
+        if isinstance(value, dict):
+            config["data"]["init_args"][key].update(value)
+        else:
+            config["data"]["init_args"][key] = value
     config["trainer"].update(trainer)
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(config))
@@ -189,7 +193,7 @@ def test_evaluate_under_a_config_with_other_num_envs(smoke_run, tmp_path, capsys
     import yaml
 
     config = yaml.safe_load(open(SMOKE))
-    config["data"]["init_args"]["num_envs"] = 8
+    config["data"]["init_args"]["collector"]["num_envs"] = 8
     other = tmp_path / "dvrp_smoke_8.yaml"
     other.write_text(yaml.safe_dump(config))
     assert _fallback_table(smoke_run["last"], capsys, "--config", str(other)) == \
@@ -197,10 +201,10 @@ def test_evaluate_under_a_config_with_other_num_envs(smoke_run, tmp_path, capsys
 
 
 @pytest.mark.parametrize("data,trainer", [
-    ({"cudagraph_policy": True, "compile_policy": True, "device": "cuda"},
+    ({"collector": {"cudagraph_policy": True, "compile_policy": True}, "device": "cuda"},
      {"accelerator": "gpu", "devices": 2, "strategy": "ddp", "precision": "16-mixed"}),
-    ({"workers": 4, "collector": "async"}, {}),
-    ({"workers": 2, "collector": "ray", "ray": {"address": "auto", "num_cpus": 2}}, {"num_nodes": 2}),
+    ({"collector": {"workers": 4, "mode": "async"}}, {}),
+    ({"collector": {"workers": 2, "mode": "ray", "ray": {"address": "auto", "num_cpus": 2}}}, {"num_nodes": 2}),
 ], ids=["gpu_collector", "async_workers", "ray"])
 def test_collector_options_of_other_hardware_do_not_get_in_the_way(smoke_run, tmp_path, capsys, data, trainer):
     """Issue 38: a run whose config.yaml names collector and trainer options for its own hardware (a CUDA-graph
@@ -208,6 +212,29 @@ def test_collector_options_of_other_hardware_do_not_get_in_the_way(smoke_run, tm
     the smoke config."""
     ckpt = _run_folder(smoke_run, tmp_path, data, trainer)
     assert _fallback_table(ckpt, capsys) == _fallback_table(smoke_run["last"], capsys, "--config", SMOKE)
+
+
+def test_a_run_folder_of_the_old_key_layout_still_evaluates(smoke_run, tmp_path, capsys):
+    """A run written before the collector's keys and PPO's epochs moved (``data.init_args.num_envs``,
+    ``data.init_args.collector: sync``, ``data.init_args.ppo_epochs``) is evaluated from its own config.yaml, which
+    is read with the keys in their new places (said on stderr), on the same episodes as under today's config."""
+    import yaml
+
+    config = yaml.safe_load((smoke_run["dir"] / "config.yaml").read_text())
+    data, model = config["data"]["init_args"], config["model"]["init_args"]
+    collector = data.pop("collector")
+    mode = collector.pop("mode")
+    data.update(collector, collector=mode)
+    data.update(ppo_epochs=model.pop("ppo_epochs"), mini_batch_size=model.pop("mini_batch_size"))
+    assert "num_envs" in data and data["collector"] == "sync"
+    ckpt = _run_folder(smoke_run, tmp_path, {}, {})
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(config))
+    main(["--ckpt_path", ckpt, "--episodes", "8", "--num_envs", "8", "--policies", "fallback"])
+    out = capsys.readouterr()
+    assert "keys moved since: data.init_args.collector -> data.init_args.collector.mode" in out.err, out.err
+    assert "data.init_args.ppo_epochs -> model.init_args.ppo_epochs" in out.err, out.err
+    table = json.loads(out.out.strip().splitlines()[-1])
+    assert table == _fallback_table(smoke_run["last"], capsys, "--config", SMOKE)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
@@ -230,10 +257,10 @@ def test_evaluate_plays_on_the_gpu(smoke_run, tmp_path, capsys):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_a_run_trained_with_a_cuda_graph_policy_is_evaluated_on_the_cpu(tmp_path, capsys):
-    """Issue 38, on the GPU: the smoke run trained with --data.init_args.cudagraph_policy=true on the GPU, then
-    evaluated on the CPU (its own config.yaml names the GPU options) and on the GPU."""
+    """Issue 38, on the GPU: the smoke run trained with --data.init_args.collector.cudagraph_policy=true on the GPU,
+    then evaluated on the CPU (its own config.yaml names the GPU options) and on the GPU."""
     proc = run_module("pipelines.fit", "--config", SMOKE, f"--trainer.logger.init_args.save_dir={tmp_path}",
-                      "--trainer.accelerator=gpu", "--data.init_args.cudagraph_policy=true")
+                      "--trainer.accelerator=gpu", "--data.init_args.collector.cudagraph_policy=true")
     assert proc.returncode == 0, proc.stderr[-3000:]
     ckpt = str(tmp_path / "dvrp_smoke" / "version_0" / "checkpoints" / "last.ckpt")
     on_cpu = _fallback_table(ckpt, capsys)

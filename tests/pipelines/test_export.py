@@ -94,7 +94,7 @@ def test_ppo_policy_round_trip(smoke_run, tmp_path):
 def test_sac_policy_round_trip(tmp_path):
     """SAC on Pendulum (a continuous, bounded action): the exported squashed mean equals the module's."""
     run = fit(["--config", PENDULUM, "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
-               "--data.init_args.total_frames=160", "--data.init_args.init_random_frames=104",
+               "--data.init_args.total_frames=160", "--data.init_args.replay_buffer.init_random_frames=104",
                "--model.init_args.network.init_args.actor_hidden_dims=[32, 32]",
                "--model.init_args.network.init_args.critic_hidden_dims=[32, 32]",
                "--trainer.callbacks+=callbacks.ModelCheckpoint", "--trainer.callbacks.save_last=true",

@@ -1,6 +1,6 @@
 """Faults with rollout workers end the run, never hang it: a worker killed or stopped, an error in the learner,
 SIGINT or SIGTERM to the learner alone. Each run is a subprocess with its own time limit; each stops within
-30 s of the fault (or of ``data.worker_timeout_s``) with a non-zero exit status and an error naming the worker
+30 s of the fault (or of ``data.collector.worker_timeout_s``) with a non-zero exit status and an error naming the worker
 or the signal, its checkpoints intact, and no worker process or shared-memory file left behind (also when the
 learner itself is killed)."""
 
@@ -49,11 +49,12 @@ def _shm_files(pids: list[int]) -> set[str]:
 
 VACUUM_RUN = ("vacuum", ["--config", VACUUM, "--data.init_args.env=" + json.dumps(
     {"class_path": "envs.vacuum.VacuumConfig", "init_args": SMALL}), "--model.init_args.network.init_args.num_agents=2",
-    "--data.init_args.workers=2", "--data.init_args.init_random_frames=64"])
+    "--data.init_args.collector.workers=2", "--data.init_args.replay_buffer.init_random_frames=64"])
 # PPO on a game, one emulator per worker process (stable-retro's rule): killing the worker kills the emulator
-GAME_RUN = ("airstriker_ppo", ["--config", str(REPO / "configs" / "airstriker_ppo.yaml"), "--data.init_args.num_envs=2",
-                               "--data.init_args.workers=2", "--data.init_args.frames_per_batch=64",
-                               "--data.init_args.mini_batch_size=64", "--data.init_args.ppo_epochs=1"])
+GAME_RUN = ("airstriker_ppo", ["--config", str(REPO / "configs" / "airstriker_ppo.yaml"),
+                               "--data.init_args.collector.num_envs=2",
+                               "--data.init_args.collector.workers=2", "--data.init_args.collector.frames_per_batch=64",
+                               "--model.init_args.mini_batch_size=64", "--model.init_args.ppo_epochs=1"])
 
 
 def _run_with_fault(tmp_path, fault, *extra: str, raise_error: bool = False, run=VACUUM_RUN):
@@ -126,10 +127,11 @@ def test_a_killed_emulator_worker_stops_the_run_with_its_name(tmp_path):
 
 def test_a_stopped_worker_stops_the_run_after_the_worker_timeout(tmp_path):
     status, stderr, elapsed, pids, folder = _run_with_fault(
-        tmp_path, lambda pids: os.kill(pids["workers"][0], signal.SIGSTOP), "--data.init_args.worker_timeout_s=5")
+        tmp_path, lambda pids: os.kill(pids["workers"][0], signal.SIGSTOP),
+        "--data.init_args.collector.worker_timeout_s=5")
     assert status != 0 and 5 <= elapsed < 5 + STOP_WITHIN_S
-    assert f"rollout workers 0 (pid {pids['workers'][0]}, stopped) gave no batch within data.worker_timeout_s=5 s" \
-        in stderr, stderr[-3000:]
+    assert (f"rollout workers 0 (pid {pids['workers'][0]}, stopped) gave no batch within "
+            "data.collector.worker_timeout_s=5 s") in stderr, stderr[-3000:]
     _checkpoints_intact(folder)
 
 
@@ -164,8 +166,8 @@ def test_a_signal_to_the_learner_stops_the_run(tmp_path, signum, status):
     resumed = subprocess.run(
         [sys.executable, "-m", "pipelines.fit", "--config", VACUUM, f"--ckpt_path={said[3]}",
          f"--data.init_args.env={json.dumps({'class_path': 'envs.vacuum.VacuumConfig', 'init_args': SMALL})}",
-         "--model.init_args.network.init_args.num_agents=2", "--data.init_args.workers=2",
-         f"--data.init_args.total_frames={frames + 512}", "--data.init_args.init_random_frames=64",
+         "--model.init_args.network.init_args.num_agents=2", "--data.init_args.collector.workers=2",
+         f"--data.init_args.total_frames={frames + 512}", "--data.init_args.replay_buffer.init_random_frames=64",
          "--trainer.enable_progress_bar=false", f"--trainer.logger.init_args.save_dir={tmp_path / 'resumed'}",
          "--trainer.callbacks=[]", "--trainer.callbacks+=callbacks.ModelCheckpoint",
          "--trainer.callbacks.save_last=true"],

@@ -114,7 +114,7 @@ def test_unknown_key_is_rejected(tmp_path):
 
 
 def test_negative_num_envs_is_rejected(tmp_path):
-    _fails_before_training(run_module("pipelines.fit", "--config", SMOKE, "--data.init_args.num_envs=-4",
+    _fails_before_training(run_module("pipelines.fit", "--config", SMOKE, "--data.init_args.collector.num_envs=-4",
                                       f"--trainer.logger.init_args.save_dir={tmp_path}"), "num_envs")
 
 
@@ -165,7 +165,7 @@ def test_the_data_device_follows_the_trainer(tmp_path):
     collector and batches live there."""
     cli = main(["--config", str(REPO / "configs" / "cartpole_dqn.yaml"), "--trainer.enable_progress_bar=false",
                 "--trainer.callbacks=[]", f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false",
-                "--data.init_args.total_frames=512", "--data.init_args.init_random_frames=256"])
+                "--data.init_args.total_frames=512", "--data.init_args.replay_buffer.init_random_frames=256"])
     assert cli.config.data.init_args.device is None
     assert cli.datamodule.device == str(cli.trainer.strategy.root_device) == "cpu"
 
@@ -200,7 +200,7 @@ def test_tensorboard_holds_the_config_and_reference_charts(smoke_run):
     hparams = plugin_data_pb2.HParamsPluginData.FromString(start).session_start_info.hparams
     assert hparams["env.num_customers"].number_value == 30 and hparams["model.class"].string_value == "PPOModule"
     assert hparams["model.network.embed_dim"].number_value == 32
-    assert hparams["data.frames_per_batch"].number_value == 480
+    assert hparams["data.collector.frames_per_batch"].number_value == 480
     layout = layout_pb2.Layout.FromString(events.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0])
     charts = {c.title: list(c.multiline.tag) for category in layout.category for c in category.chart}
     assert charts["embedding accuracy"] == ["embedding/accuracy", "embedding/bayes_accuracy"]
@@ -235,9 +235,9 @@ def test_the_large_config_trains_on_days_of_mixed_sizes(tmp_path):
     """configs/dvrp_large.yaml as shipped, but for the budget and batch: its days of 30, 50 and 100 customers are
     collected and trained on together, the periodic evaluation plays them, and the run's checkpoint plays a
     200-customer day with 14 vehicles (an env of other N and M than any it trained on)."""
-    small = ["--data.init_args.num_envs=6", "--data.init_args.frames_per_batch=600",
+    small = ["--data.init_args.collector.num_envs=6", "--data.init_args.collector.frames_per_batch=600",
              "--data.init_args.total_frames=1200",
-             "--data.init_args.mini_batch_size=300", "--trainer.callbacks=[]",
+             "--model.init_args.mini_batch_size=300", "--trainer.callbacks=[]",
              "--trainer.callbacks+=callbacks.EmbeddingUpdate", "--trainer.callbacks.every_n_frames=600",
              "--trainer.callbacks+=callbacks.PolicyEvaluation", "--trainer.callbacks.every_n_frames=600",
              "--trainer.callbacks.num_envs=4", "--trainer.callbacks+=callbacks.ModelCheckpoint",
@@ -260,12 +260,16 @@ def test_the_gpu_config_is_the_headline_cut_into_shorter_batches(tmp_path):
     several cut episodes and writes its checkpoint."""
     gpu, cpu = (yaml.safe_load((REPO / "configs" / name).read_text()) for name in ("dvrp_gpu.yaml", "dvrp.yaml"))
     assert gpu["data"]["init_args"]["env"] == cpu["data"]["init_args"]["env"]
-    assert gpu["model"] == cpu["model"]
+    minibatches = ("ppo_epochs", "mini_batch_size")  # (the GPU's batches are cut into its own minibatches)
+    assert {k: v for k, v in gpu["model"]["init_args"].items() if k not in minibatches} == \
+        {k: v for k, v in cpu["model"]["init_args"].items() if k not in minibatches}
     data = gpu["data"]["init_args"]
     assert data["total_frames"] >= cpu["data"]["init_args"]["total_frames"]
-    assert data["frames_per_batch"] // data["num_envs"] == 6 and data["num_envs"] == 8192
-    small = ["--trainer.accelerator=cpu", "--data.init_args.num_envs=8", "--data.init_args.frames_per_batch=48",
-             "--data.init_args.total_frames=480", "--data.init_args.mini_batch_size=24", "--trainer.callbacks=[]",
+    collector = data["collector"]
+    assert collector["frames_per_batch"] // collector["num_envs"] == 6 and collector["num_envs"] == 8192
+    small = ["--trainer.accelerator=cpu", "--data.init_args.collector.num_envs=8",
+             "--data.init_args.collector.frames_per_batch=48",
+             "--data.init_args.total_frames=480", "--model.init_args.mini_batch_size=24", "--trainer.callbacks=[]",
              "--trainer.callbacks+=callbacks.ModelCheckpoint", "--trainer.callbacks.save_last=true",
              f"--trainer.logger.init_args.save_dir={tmp_path}"]
     proc = run_module("pipelines.fit", "--config", "configs/dvrp_gpu.yaml", *small, timeout=600)

@@ -23,8 +23,9 @@ from pipelines.scalars import read_scalars
 from tests.pipelines.conftest import REPO
 
 AIRSTRIKER = str(REPO / "configs" / "airstriker_ppo.yaml")
-SHORT = ["--data.init_args.num_envs=2", "--data.init_args.workers=2", "--data.init_args.frames_per_batch=128",
-         "--data.init_args.mini_batch_size=64", "--data.init_args.env.init_args.max_episode_steps=40"]
+SHORT = ["--data.init_args.collector.num_envs=2", "--data.init_args.collector.workers=2",
+         "--data.init_args.collector.frames_per_batch=128",
+         "--model.init_args.mini_batch_size=64", "--data.init_args.env.init_args.max_episode_steps=40"]
 
 
 def _fit(tmp_path, frames: int, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -154,10 +155,11 @@ def test_the_jackal_config_without_its_rom_stops_before_any_work(tmp_path):
 
 
 def test_an_asynchronous_collector_trains_on_batches_of_recent_weights(tmp_path):
-    """``data.collector: async``: each batch is one worker's, and its frames' weights were at most a few training
+    """``data.collector.mode: async``: each batch is one worker's, and its frames' weights were at most a few training
     steps older than the learner's (``time/policy_lag``, in training steps: about workers - 1 on average)."""
-    run = _fit(tmp_path, 1024, "--data.init_args.collector=async", "--data.init_args.frames_per_batch=64",
-               "--data.init_args.ppo_epochs=1")
+    run = _fit(tmp_path, 1024, "--data.init_args.collector.mode=async",
+               "--data.init_args.collector.frames_per_batch=64",
+               "--model.init_args.ppo_epochs=1")
     assert run.returncode == 0, run.stderr[-3000:]
     scalars = read_scalars(str(tmp_path / "airstriker_ppo" / "version_0"))
     steps, lag = scalars["time/policy_lag"]
@@ -165,9 +167,9 @@ def test_an_asynchronous_collector_trains_on_batches_of_recent_weights(tmp_path)
 
 
 def test_an_asynchronous_collector_without_workers_is_refused(tmp_path):
-    run = _fit(tmp_path, 256, "--data.init_args.collector=async", "--data.init_args.workers=0",
-               "--data.init_args.num_envs=1", timeout=120)
-    assert run.returncode != 0 and "data.collector=async needs rollout workers" in run.stderr, run.stderr[-2000:]
+    run = _fit(tmp_path, 256, "--data.init_args.collector.mode=async", "--data.init_args.collector.workers=0",
+               "--data.init_args.collector.num_envs=1", timeout=120)
+    assert run.returncode != 0 and "data.collector.mode=async needs rollout workers" in run.stderr, run.stderr[-2000:]
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.gpu,
 
 RUNS = {"ppo": ["--config", str(REPO / "configs" / "dvrp_smoke.yaml")],
         "dqn": ["--config", str(REPO / "configs" / "cartpole_dqn.yaml"), "--data.init_args.total_frames=2048",
-                "--data.init_args.init_random_frames=256"]}
+                "--data.init_args.replay_buffer.init_random_frames=256"]}
 
 
 @pytest.mark.parametrize("algorithm", list(RUNS))

@@ -22,8 +22,9 @@ def trained(tmp_path_factory):
     """The self-play DQN config on a tiny budget (its end-of-training evaluation included)."""
     out = tmp_path_factory.mktemp("hockey")
     cli = main(["--config", CONFIG, f"--trainer.logger.init_args.save_dir={out}",
-                "--data.init_args.total_frames=640", "--data.init_args.init_random_frames=256",
-                "--data.init_args.num_envs=8", "--data.init_args.frames_per_batch=64", "--data.init_args.utd_ratio=1",
+                "--data.init_args.total_frames=640", "--data.init_args.replay_buffer.init_random_frames=256",
+                "--data.init_args.collector.num_envs=8", "--data.init_args.collector.frames_per_batch=64",
+                "--data.init_args.replay_buffer.utd_ratio=1",
                 SMALL])
     return cli, out
 

@@ -28,9 +28,10 @@ def test_short_sac_run_in_shooting_mode_scores_more_than_random(tmp_path):
     # the config's first curriculum phase alone: 16 envs, one update of 128 transitions per 8 frames, 48k frames
     main(["--config", CONFIG, "--trainer.callbacks=[]", f"--trainer.logger.init_args.save_dir={tmp_path}",
           "--trainer.enable_progress_bar=false", f"--data.init_args.env={json.dumps(env)}",
-          "--data.init_args.num_envs=16", "--data.init_args.frames_per_batch=64", "--data.init_args.utd_ratio=8",
-          "--data.init_args.total_frames=48000", "--data.init_args.init_random_frames=2048",
-          "--data.init_args.batch_size=128", *SMALL])
+          "--data.init_args.collector.num_envs=16", "--data.init_args.collector.frames_per_batch=64",
+          "--data.init_args.replay_buffer.utd_ratio=8",
+          "--data.init_args.total_frames=48000", "--data.init_args.replay_buffer.init_random_frames=2048",
+          "--data.init_args.replay_buffer.batch_size=128", *SMALL])
     (ckpt,) = glob.glob(f"{tmp_path}/hockey_sac/version_0/checkpoints/*.ckpt")
     table = evaluate.main(["--config", CONFIG, "--ckpt_path", ckpt, "--episodes", "1000", "--num_envs", "500",
                            "--settings", json.dumps({"shooting": {"mode": "TRAIN_SHOOTING", "opponent": "static"}}),

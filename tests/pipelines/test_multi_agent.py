@@ -118,7 +118,7 @@ def test_shared_buffer_run_beats_random_cleaning(tmp_path, sharing):
                 f"--data.init_args.env={json.dumps({'class_path': 'envs.vacuum.VacuumConfig', 'init_args': SMALL})}",
                 "--model.init_args.network.init_args.num_agents=2",
                 f"--model.init_args.network.init_args.parameter_sharing={str(sharing).lower()}",
-                "--data.init_args.total_frames=6000", "--data.init_args.init_random_frames=500"])
+                "--data.init_args.total_frames=6000", "--data.init_args.replay_buffer.init_random_frames=500"])
     metrics = cli.model.latest_metrics
     assert {"rollout/agent0/episode_return", "rollout/agent1/episode_return", "rollout/cleaned_fraction",
             "rollout/collisions", "rollout/energy_left", "time/episodes_per_min"} <= set(metrics)

@@ -25,9 +25,9 @@ def _run(tmp_path, *extra: str):
                  "--trainer.callbacks+=callbacks.ModelCheckpoint", "--trainer.callbacks.every_n_train_steps=10",
                  "--trainer.callbacks.save_last=true",
                  "--trainer.callbacks+=tests.pipelines.fault_probe.PoisonBatch", "--trainer.callbacks.from_step=20",
-                 "--data.init_args.init_random_frames=256", "--data.init_args.num_envs=4",
-                 "--data.init_args.frames_per_batch=64", "--data.init_args.batch_size=32",
-                 "--data.init_args.utd_ratio=2", "--data.init_args.total_frames=6400",
+                 "--data.init_args.replay_buffer.init_random_frames=256", "--data.init_args.collector.num_envs=4",
+                 "--data.init_args.collector.frames_per_batch=64", "--data.init_args.replay_buffer.batch_size=32",
+                 "--data.init_args.replay_buffer.utd_ratio=2", "--data.init_args.total_frames=6400",
                  "--model.init_args.network.init_args.hidden_dims=[32, 32]",
                  f"--trainer.logger.init_args.save_dir={tmp_path}", *extra])
 
@@ -110,9 +110,9 @@ def test_the_update_skips_lightning_only_where_lightning_would_add_nothing(tmp_p
 
     def run(out, *extra):
         return main(["--config", CARTPOLE, "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
-                     "--trainer.enable_checkpointing=false", "--data.init_args.init_random_frames=256",
-                     "--data.init_args.num_envs=4", "--data.init_args.frames_per_batch=64",
-                     "--data.init_args.batch_size=32", "--data.init_args.utd_ratio=2",
+                     "--trainer.enable_checkpointing=false", "--data.init_args.replay_buffer.init_random_frames=256",
+                     "--data.init_args.collector.num_envs=4", "--data.init_args.collector.frames_per_batch=64",
+                     "--data.init_args.replay_buffer.batch_size=32", "--data.init_args.replay_buffer.utd_ratio=2",
                      "--data.init_args.total_frames=2048", "--model.init_args.network.init_args.hidden_dims=[32, 32]",
                      f"--trainer.logger.init_args.save_dir={out}", *extra])
 

@@ -24,9 +24,9 @@ def _run(tmp_path, *extra: str, callbacks: list | None = None):
                  "--trainer.callbacks.annealing_frames=2000",  # eps_end 0.05
                  "--trainer.callbacks+=callbacks.ModelCheckpoint",
                  "--trainer.callbacks.every_n_train_steps=20", "--trainer.callbacks.save_top_k=-1",
-                 "--data.init_args.init_random_frames=512", "--data.init_args.num_envs=4",
-                 "--data.init_args.frames_per_batch=64", "--data.init_args.batch_size=32",
-                 "--data.init_args.utd_ratio=2", "--model.init_args.n_steps=3",
+                 "--data.init_args.replay_buffer.init_random_frames=512", "--data.init_args.collector.num_envs=4",
+                 "--data.init_args.collector.frames_per_batch=64", "--data.init_args.replay_buffer.batch_size=32",
+                 "--data.init_args.replay_buffer.utd_ratio=2", "--model.init_args.n_steps=3",
                  "--model.init_args.network.init_args.hidden_dims=[64, 64]",
                  f"--trainer.logger.init_args.save_dir={tmp_path}", *extra], callbacks=callbacks)
 
@@ -82,8 +82,8 @@ def test_too_few_steps_for_n_step_is_rejected(tmp_path):
     # 4 envs: 16 frames = 4 steps per env, of which the 3-step transform stores 1 (TorchRL's 2-D storage
     # fails on 1-step slices); 20 frames = 5 steps store 2 and train
     with pytest.raises(ValueError, match=r"must be >= model.n_steps \+ 2 = 5"):
-        _run(tmp_path, "--data.init_args.frames_per_batch=16", "--data.init_args.total_frames=640")
-    _run(tmp_path, "--data.init_args.frames_per_batch=20", "--data.init_args.total_frames=600")
+        _run(tmp_path, "--data.init_args.collector.frames_per_batch=16", "--data.init_args.total_frames=640")
+    _run(tmp_path, "--data.init_args.collector.frames_per_batch=20", "--data.init_args.total_frames=600")
 
 
 def test_prioritized_sampler_draws_and_weights_by_priority():
@@ -113,7 +113,7 @@ def test_prioritized_sampler_draws_and_weights_by_priority():
 
 
 def test_prioritized_replay_updates_priorities_and_resumes(tmp_path):
-    full = _run(tmp_path / "a", "--data.init_args.total_frames=1280", "--data.init_args.prioritized=true")
+    full = _run(tmp_path / "a", "--data.init_args.total_frames=1280", "--data.init_args.replay_buffer.prioritized=true")
     sampler = full.datamodule.buffer.sampler
     filled = sampler._priority[: len(full.datamodule.buffer)]
     assert (filled > 0).all() and filled.unique().numel() > 100  # TD errors, not the uniform start
@@ -121,7 +121,7 @@ def test_prioritized_replay_updates_priorities_and_resumes(tmp_path):
     state = torch.load(ckpt, weights_only=True)
     probe = AtTrainStart(lambda trainer, module: trainer.datamodule.buffer.sampler._priority.clone())
     _run(tmp_path / "b", f"--data.init_args.total_frames={state['rl_state']['collected_frames'] + 64}",
-         "--data.init_args.prioritized=true", f"--ckpt_path={ckpt}", callbacks=[probe])
+         "--data.init_args.replay_buffer.prioritized=true", f"--ckpt_path={ckpt}", callbacks=[probe])
     saved = state["OffPolicyDataModule"]["replay_buffer"]["_sampler"]["priority"]
     assert torch.equal(probe.value, saved)
 
@@ -144,8 +144,8 @@ def test_policy_evaluation_keeps_the_best_checkpoint(tmp_path):
 def test_memmap_storage_writes_to_scratch_dir_and_resumes(tmp_path):
     from torchrl.data import LazyMemmapStorage
 
-    full = _run(tmp_path / "a", "--data.init_args.total_frames=1280", "--data.init_args.storage=memmap",
-                f"--data.init_args.scratch_dir={tmp_path / 'scratch_a'}")
+    full = _run(tmp_path / "a", "--data.init_args.total_frames=1280", "--data.init_args.replay_buffer.storage=memmap",
+                f"--data.init_args.replay_buffer.scratch_dir={tmp_path / 'scratch_a'}")
     assert isinstance(full.datamodule.buffer.storage, LazyMemmapStorage)
     assert any((tmp_path / "scratch_a" / "rank0").rglob("*.memmap"))
     ckpt = periodic_checkpoints(tmp_path / "a" / "cartpole_dqn" / "version_0" / "checkpoints")[20]
@@ -154,7 +154,8 @@ def test_memmap_storage_writes_to_scratch_dir_and_resumes(tmp_path):
         len(trainer.datamodule.buffer),
         trainer.datamodule.buffer.storage[: len(trainer.datamodule.buffer) // 4]["observation"].clone()))
     _run(tmp_path / "b", f"--data.init_args.total_frames={state['rl_state']['collected_frames'] + 64}",
-         "--data.init_args.storage=memmap", f"--data.init_args.scratch_dir={tmp_path / 'scratch_b'}",
+         "--data.init_args.replay_buffer.storage=memmap",
+         f"--data.init_args.replay_buffer.scratch_dir={tmp_path / 'scratch_b'}",
          f"--ckpt_path={ckpt}", callbacks=[probe])
     length, stored = probe.value
     saved = state["OffPolicyDataModule"]["replay_buffer"]["_storage"]
@@ -166,7 +167,7 @@ def test_checkpoints_follow_optimizer_updates_when_a_training_step_takes_several
     """3 updates per training step, a checkpoint every 10 updates: one after every training step that reached a
     multiple of 10 (steps 12, 21, 30, ...), where Lightning's own rule (the count is a multiple) saves at 30 and 60
     only."""
-    run = _run(tmp_path, "--data.init_args.total_frames=1920", "--data.init_args.utd_ratio=3",
+    run = _run(tmp_path, "--data.init_args.total_frames=1920", "--data.init_args.replay_buffer.utd_ratio=3",
                "--trainer.callbacks.every_n_train_steps=10")
     assert run.trainer.global_step == (30 - 8) * 3
     folder = tmp_path / "cartpole_dqn" / "version_0" / "checkpoints"
@@ -184,12 +185,12 @@ def test_memmap_storage_without_scratch_dir_lives_in_the_run_folder(tmp_path):
     import tempfile
 
     before = set(glob.glob(os.path.join(tempfile.gettempdir(), "replay_*")))
-    run = _run(tmp_path / "ok", "--data.init_args.total_frames=768", "--data.init_args.storage=memmap")
+    run = _run(tmp_path / "ok", "--data.init_args.total_frames=768", "--data.init_args.replay_buffer.storage=memmap")
     folder = pathlib.Path(run.trainer.log_dir) / "replay"
     assert str(run.datamodule.buffer.storage.scratch_dir).startswith(str(folder))
     assert not folder.exists() and set(glob.glob(os.path.join(tempfile.gettempdir(), "replay_*"))) == before
     with pytest.raises(RuntimeError, match="injected learner fault"):
-        _run(tmp_path / "fault", "--data.init_args.total_frames=1280", "--data.init_args.storage=memmap",
+        _run(tmp_path / "fault", "--data.init_args.total_frames=1280", "--data.init_args.replay_buffer.storage=memmap",
              "--trainer.callbacks+=tests.pipelines.fault_probe.FaultProbe",
              f"--trainer.callbacks.out_file={tmp_path / 'pids.json'}", "--trainer.callbacks.at_step=4",
              "--trainer.callbacks.raise_error=true")

@@ -13,7 +13,7 @@ from tensordict import TensorDict
 from envs.gym import GymConfig
 from modules.actor_critic import MLPActorCritic
 from modules.ppo import PPOModule
-from pipelines.data import OnPolicyDataModule
+from pipelines.data import CollectorOptions, OnPolicyDataModule
 
 
 def _batch(n: int) -> TensorDict:
@@ -30,9 +30,10 @@ def _batch(n: int) -> TensorDict:
 
 
 def _minibatches(mini_batch_size: int, n: int = 64, ppo_epochs: int = 3):
-    data = OnPolicyDataModule(GymConfig(env_id="CartPole-v1"), num_envs=1, frames_per_batch=n,
-                              ppo_epochs=ppo_epochs, mini_batch_size=mini_batch_size)
-    data.trainer = SimpleNamespace(lightning_module=PPOModule(MLPActorCritic(num_actions=2), action_mask_key=None))
+    data = OnPolicyDataModule(GymConfig(env_id="CartPole-v1"), CollectorOptions(num_envs=1, frames_per_batch=n))
+    module = PPOModule(MLPActorCritic(num_actions=2), action_mask_key=None, ppo_epochs=ppo_epochs,
+                       mini_batch_size=mini_batch_size)
+    data.trainer = SimpleNamespace(lightning_module=module)
     batch = _batch(n)
     data.batches = lambda: iter([batch])  # one collected batch, already processed
     (minibatches,) = list(data.training_batches())

@@ -1,7 +1,7 @@
-"""Ray actors for collection (``data.collector: ray``) on a simulated two-node cluster (``ray.cluster_utils.Cluster``,
-1 CPU per node): both nodes deliver frames, the actors' policy version follows the learner's, an actor that dies is
-restarted and, past ``data.ray.max_restarts``, stops the run naming it; without Ray installed, the config stops
-before any work with the install command."""
+"""Ray actors for collection (``data.collector.mode: ray``) on a simulated two-node cluster
+(``ray.cluster_utils.Cluster``, 1 CPU per node): both nodes deliver frames, the actors' policy version follows the
+learner's, an actor that dies is restarted and, past ``data.collector.ray.max_restarts``, stops the run naming it;
+without Ray installed, the config stops before any work with the install command."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import torch
 from callbacks.base import RLCallback
 from modules.base import RLModule
 from pipelines.data import RLDataModule
-from pipelines.data.off_policy import OffPolicyDataModule
 from pipelines.fit import FitCLI, main
 from tests.pipelines.conftest import REPO, SMOKE, hockey_dqn_config, run_module
 
@@ -30,7 +29,7 @@ def test_ray_without_the_extra_stops_before_any_work(monkeypatch, tmp_path, caps
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "ray" else real(name, *a))
     monkeypatch.setattr("sys.argv", ["fit"])
     with pytest.raises(SystemExit) as exit_info:
-        main(["--config", CARTPOLE_DQN, "--data.init_args.collector=ray", "--data.init_args.workers=1",
+        main(["--config", CARTPOLE_DQN, "--data.init_args.collector.mode=ray", "--data.init_args.collector.workers=1",
               f"--trainer.logger.init_args.save_dir={tmp_path}"])
     assert exit_info.value.code == 2
     assert "pip install -e .[ray]" in capsys.readouterr().err
@@ -38,12 +37,11 @@ def test_ray_without_the_extra_stops_before_any_work(monkeypatch, tmp_path, caps
 
 
 def test_ray_options_need_the_ray_collector():
-    from envs.gym import GymConfig
-    from pipelines.data.ray_collector import RayOptions
+    from pipelines.data import CollectorOptions, RayOptions
 
-    with pytest.raises(ValueError, match="data.ray is set but data.collector is not ray"):
-        OffPolicyDataModule(GymConfig(env_id="CartPole-v1"), workers=1, ray=RayOptions())
-    with pytest.raises(ValueError, match="data.ray.max_restarts=-1"):
+    with pytest.raises(ValueError, match="data.collector.ray is set but data.collector.mode is not ray"):
+        CollectorOptions(workers=1, ray=RayOptions())
+    with pytest.raises(ValueError, match="data.collector.ray.max_restarts=-1"):
         RayOptions(max_restarts=-1)
 
 
@@ -125,11 +123,13 @@ def _run(tmp_path, args: list[str], *callbacks: L.Callback):
 
 def _fit(cluster, tmp_path, probe: RayProbe, frames: int, max_restarts: int, extra: list = (), timeout_s: float = 300):
     """The CartPole DQN config on 2 Ray actors of 1 env row each, 512 random warm-up frames."""
-    return _run(tmp_path, ["--config", CARTPOLE_DQN, "--data.init_args.collector=ray", "--data.init_args.workers=2",
-                           "--data.init_args.num_envs=2", f"--data.init_args.total_frames={frames}",
-                           "--data.init_args.init_random_frames=512", f"--data.init_args.ray.address={cluster.address}",
-                           f"--data.init_args.ray.max_restarts={max_restarts}",
-                           f"--data.init_args.worker_timeout_s={timeout_s}"], probe, *extra)
+    return _run(tmp_path, ["--config", CARTPOLE_DQN, "--data.init_args.collector.mode=ray",
+                           "--data.init_args.collector.workers=2",
+                           "--data.init_args.collector.num_envs=2", f"--data.init_args.total_frames={frames}",
+                           "--data.init_args.replay_buffer.init_random_frames=512",
+                           f"--data.init_args.collector.ray.address={cluster.address}",
+                           f"--data.init_args.collector.ray.max_restarts={max_restarts}",
+                           f"--data.init_args.collector.worker_timeout_s={timeout_s}"], probe, *extra)
 
 
 def test_two_node_cluster_trains_dqn_with_versions_following_the_learner(cluster, tmp_path, monkeypatch, caplog):
@@ -146,13 +146,13 @@ def test_two_node_cluster_trains_dqn_with_versions_following_the_learner(cluster
     assert [s["versions"] for s in probe.seen[2:]] == [[s["learner"]] for s in probe.seen[2:]], probe.seen
     # actor 0 was killed after round 6, restarted by Ray (logged), and went on with the learner's weights
     assert probe.seen[-1]["restarts"] == [1, 0]
-    assert "Ray actor 0" in caplog.text and "restarted (1 of data.ray.max_restarts=1)" in caplog.text
+    assert "Ray actor 0" in caplog.text and "restarted (1 of data.collector.ray.max_restarts=1)" in caplog.text
     assert torch.isfinite(torch.tensor(cli.model.latest_metrics.get("train/loss", float("nan"))))
 
 
 def test_an_actor_dying_past_max_restarts_stops_the_run(cluster, tmp_path, monkeypatch):
     monkeypatch.setattr("sys.argv", ["fit"])
-    with pytest.raises(RuntimeError, match=r"Ray actor 0 .* data.ray.max_restarts=1 restarts are used up"):
+    with pytest.raises(RuntimeError, match=r"Ray actor 0 .* data.collector.ray.max_restarts=1 restarts are used up"):
         _fit(cluster, tmp_path, RayProbe(kill_after=(2, 4)), frames=3072, max_restarts=1)
 
 
@@ -168,8 +168,10 @@ def test_actors_are_seeded_like_the_local_workers(cluster, tmp_path, monkeypatch
     monkeypatch.setattr("sys.argv", ["fit"])
     ray_first, local_first = _FirstBatch(), _FirstBatch()
     _fit(cluster, tmp_path / "ray", RayProbe(), frames=1024, max_restarts=0, extra=[ray_first])
-    _run(tmp_path / "local", ["--config", CARTPOLE_DQN, "--data.init_args.workers=2", "--data.init_args.num_envs=2",
-                              "--data.init_args.total_frames=1024", "--data.init_args.init_random_frames=512"],
+    _run(tmp_path / "local", ["--config", CARTPOLE_DQN, "--data.init_args.collector.workers=2",
+                              "--data.init_args.collector.num_envs=2",
+                              "--data.init_args.total_frames=1024",
+                              "--data.init_args.replay_buffer.init_random_frames=512"],
          local_first)
     assert ray_first.batch.shape == local_first.batch.shape == (2, 128)
     assert (ray_first.batch == local_first.batch).all()
@@ -180,9 +182,10 @@ def test_ppo_trains_on_the_actors_in_synchronous_rounds(cluster, tmp_path, monke
     """On-policy: every PPO batch is one round of both actors, played by the learner's latest weights."""
     monkeypatch.setattr("sys.argv", ["fit"])
     probe = RayProbe()
-    cli = _run(tmp_path, ["--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--data.init_args.collector=ray",
-                          "--data.init_args.workers=2", "--data.init_args.total_frames=1024",
-                          f"--data.init_args.ray.address={cluster.address}"], probe)
+    cli = _run(tmp_path, ["--config",
+                          str(REPO / "configs" / "cartpole_ppo.yaml"), "--data.init_args.collector.mode=ray",
+                          "--data.init_args.collector.workers=2", "--data.init_args.total_frames=1024",
+                          f"--data.init_args.collector.ray.address={cluster.address}"], probe)
     assert cli.model.collected_frames == 1024 and len(probe.seen) == 4
     assert [s["versions"] for s in probe.seen] == [[i] for i in range(4)]
     assert len(set(probe.seen[0]["nodes"])) == 2
@@ -190,12 +193,12 @@ def test_ppo_trains_on_the_actors_in_synchronous_rounds(cluster, tmp_path, monke
 
 
 def test_a_stuck_actor_stops_the_run_after_the_timeout(cluster, tmp_path, monkeypatch):
-    """An actor that stops answering (its process stopped) ends the run after ``data.worker_timeout_s``, naming the
-    actors, even with restarts left: never a hang."""
+    """An actor that stops answering (its process stopped) ends the run after ``data.collector.worker_timeout_s``,
+    naming the actors, even with restarts left: never a hang."""
     monkeypatch.setattr("sys.argv", ["fit"])
     start = time.monotonic()
     with pytest.raises(RuntimeError, match=r"Ray actors 0 \(node .*, pid .*\), 1 .* gave no batch within "
-                                           r"data.worker_timeout_s=5 s"):
+                                           r"data.collector.worker_timeout_s=5 s"):
         _fit(cluster, tmp_path, RayProbe(stop_after=3), frames=3072, max_restarts=2, timeout_s=5)
     assert time.monotonic() - start < 60
 
@@ -208,8 +211,8 @@ def test_ray_actors_with_two_ddp_ranks(cluster, tmp_path):
     proc = run_module("pipelines.fit", "--config", SMOKE, "--trainer.strategy=ddp", "--trainer.accelerator=cpu",
                       "--trainer.devices=2", "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false",
                       "--trainer.callbacks+=tests.pipelines.ddp_probe.DDPProbe", f"--trainer.callbacks.out_dir={probe}",
-                      "--data.init_args.collector=ray", "--data.init_args.workers=1",
-                      f"--data.init_args.ray.address={cluster.address}",
+                      "--data.init_args.collector.mode=ray", "--data.init_args.collector.workers=1",
+                      f"--data.init_args.collector.ray.address={cluster.address}",
                       f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}", timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
@@ -244,8 +247,9 @@ class _ConfigureThenKill(RLCallback):
 def test_a_restarted_actor_gets_the_env_calls_made_since_the_start(cluster, tmp_path, monkeypatch):
     monkeypatch.setattr("sys.argv", ["fit"])
     probe = _ConfigureThenKill()
-    _run(tmp_path, ["--config", hockey_dqn_config(tmp_path, []), "--data.init_args.collector=ray",
-                    "--data.init_args.workers=2", "--data.init_args.total_frames=640",
-                    f"--data.init_args.ray.address={cluster.address}", "--data.init_args.ray.max_restarts=1"], probe)
+    _run(tmp_path, ["--config", hockey_dqn_config(tmp_path, []), "--data.init_args.collector.mode=ray",
+                    "--data.init_args.collector.workers=2", "--data.init_args.total_frames=640",
+                    f"--data.init_args.collector.ray.address={cluster.address}",
+                    "--data.init_args.collector.ray.max_restarts=1"], probe)
     assert probe.restarts == [1, 0]
     assert probe.w_touch == [0.123, 0.123], "the restarted actor's env lost the call made before its restart"

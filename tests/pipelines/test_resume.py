@@ -18,9 +18,9 @@ from benchmarks.soak import compare
 from tests.pipelines.conftest import REPO, SMOKE
 
 CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
-SMALL_DQN = ["--data.init_args.init_random_frames=256", "--data.init_args.num_envs=2",
-             "--data.init_args.frames_per_batch=64", "--data.init_args.batch_size=32",
-             "--data.init_args.utd_ratio=2", "--data.init_args.total_frames=3200",
+SMALL_DQN = ["--data.init_args.replay_buffer.init_random_frames=256", "--data.init_args.collector.num_envs=2",
+             "--data.init_args.collector.frames_per_batch=64", "--data.init_args.replay_buffer.batch_size=32",
+             "--data.init_args.replay_buffer.utd_ratio=2", "--data.init_args.total_frames=3200",
              "--model.init_args.network.init_args.hidden_dims=[32, 32]", "--model.init_args.target_update_interval=8",
              "--trainer.callbacks+=callbacks.EpsilonDecay", "--trainer.callbacks.annealing_frames=1600",
              "--trainer.callbacks.eps_end=0.05"]

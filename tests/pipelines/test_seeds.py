@@ -20,7 +20,8 @@ from pipelines.settings import describe_diff, settings_diff
 from tests.pipelines.conftest import REPO, run_module
 
 CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
-TINY = ["--data.init_args.total_frames=1024", "--data.init_args.init_random_frames=256", "--data.init_args.utd_ratio=4",
+TINY = ["--data.init_args.total_frames=1024", "--data.init_args.replay_buffer.init_random_frames=256",
+        "--data.init_args.replay_buffer.utd_ratio=4",
         "--model.init_args.network.init_args.hidden_dims=[32]"]
 
 

@@ -85,8 +85,9 @@ def test_hockey_configs_run(tmp_path, name):
     from tests.pipelines.conftest import REPO
 
     cli = main(["--config", str(REPO / "configs" / f"{name}.yaml"), f"--trainer.logger.init_args.save_dir={tmp_path}",
-                "--data.init_args.total_frames=640", "--data.init_args.init_random_frames=256",
-                "--data.init_args.num_envs=8", "--data.init_args.frames_per_batch=64", "--data.init_args.utd_ratio=1",
+                "--data.init_args.total_frames=640", "--data.init_args.replay_buffer.init_random_frames=256",
+                "--data.init_args.collector.num_envs=8", "--data.init_args.collector.frames_per_batch=64",
+                "--data.init_args.replay_buffer.utd_ratio=1",
                 "--model.init_args.network.init_args."
                 + ("actor_hidden_dims=[16]" if name == "hockey_sac" else "hidden_dims=[16]")])
     assert cli.model.collected_frames == 640 and cli.trainer.global_step == (640 - 256) // 64

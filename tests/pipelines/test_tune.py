@@ -11,7 +11,7 @@ import yaml
 from tests.pipelines.conftest import REPO, run_module
 
 CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
-TINY = ["--data.init_args.total_frames=2048", "--data.init_args.init_random_frames=256",
+TINY = ["--data.init_args.total_frames=2048", "--data.init_args.replay_buffer.init_random_frames=256",
         "--trainer.callbacks[2].init_args.every_n_frames=1024", "--trainer.callbacks[2].init_args.num_envs=4"]
 
 
@@ -104,7 +104,7 @@ def test_a_failing_trial_is_marked_failed_and_ends_the_command(tmp_path):
     """A value the fit refuses only once it builds the run (no update within the budget): the trial is FAIL, not
     RUNNING, and the command ends with one line (after the fit's own), no traceback."""
     out = tmp_path / "study"
-    search = _search(tmp_path, parameters={"data.init_args.init_random_frames": {"type": "categorical",
+    search = _search(tmp_path, parameters={"data.init_args.replay_buffer.init_random_frames": {"type": "categorical",
                                                                                  "choices": [100000]}})
     proc = run_module("pipelines.tune", "--config", CARTPOLE, "--search", search, "--trials", "1", "--out", str(out),
                       *TINY, timeout=300)

@@ -1,4 +1,4 @@
-"""Rollout worker processes (``data.workers``): same seeds per row as in-process envs, calls and weights that
+"""Rollout worker processes (``data.collector.workers``): same seeds per row as in-process envs, calls and weights that
 reach the workers' envs exactly as they reach one in-process env, self-play whose snapshots really play in
 the workers, and bad settings rejected. The faults (a worker killed or stopped, an error or a signal in the
 learner) are in ``test_faults.py``."""
@@ -58,8 +58,9 @@ def _fit(tmp_path, callback: L.Callback, *extra: str):
                  args=["--config", VACUUM, "--trainer.enable_progress_bar=false", "--trainer.logger=false",
                        f"--trainer.default_root_dir={tmp_path}", "--trainer.enable_checkpointing=false",
                        "--trainer.callbacks=[]", f"--data.init_args.env={env}",
-                       "--model.init_args.network.init_args.num_agents=2", "--data.init_args.workers=2",
-                       "--data.init_args.total_frames=640", "--data.init_args.init_random_frames=128", *extra])
+                       "--model.init_args.network.init_args.num_agents=2", "--data.init_args.collector.workers=2",
+                       "--data.init_args.total_frames=640", "--data.init_args.replay_buffer.init_random_frames=128",
+                       *extra])
     cli.trainer.callbacks.append(callback)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     return cli
@@ -93,7 +94,8 @@ def test_one_asynchronous_worker_collects_while_the_learner_trains(tmp_path):
     k - 1: the worker's copy changes only between its batches), and the run repeats bit for bit, whatever the timing
     (the first run's training steps take 0.3 s longer)."""
     runs = [(_SlowSteps(0.3), "a"), (_Batches(), "b")]
-    clis = [_fit(tmp_path / name, batches, "--data.init_args.workers=1", "--data.init_args.collector=async")
+    clis = [_fit(tmp_path / name, batches, "--data.init_args.collector.workers=1",
+                 "--data.init_args.collector.mode=async")
             for batches, name in runs]
     batches = runs[0][0]
     assert clis[0].model.collected_frames == 640 and clis[0].trainer.global_step == (640 - 128) // 32
@@ -116,13 +118,14 @@ def test_one_asynchronous_worker_collects_while_the_learner_trains(tmp_path):
 
 def test_bad_worker_settings_are_rejected(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:  # the data module's own check: one message, exit 2
-        _fit(tmp_path, _Batches(), "--data.init_args.workers=3")
-    assert stop.value.code == 2 and "data.workers=3" in capsys.readouterr().err
+        _fit(tmp_path, _Batches(), "--data.init_args.collector.workers=3")
+    assert stop.value.code == 2 and "data.collector.workers=3" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:  # an asynchronous batch of one of two workers holds half the rows
-        _fit(tmp_path, _Batches(), "--data.init_args.collector=async")
-    assert stop.value.code == 2 and "data.collector=async needs data.workers=1 here, got 2" in capsys.readouterr().err
+        _fit(tmp_path, _Batches(), "--data.init_args.collector.mode=async")
+    assert stop.value.code == 2
+    assert "data.collector.mode=async needs data.collector.workers=1 here, got 2" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # the config parser's error names the key
-        _fit(tmp_path, _Batches(), "--data.init_args.worker_timeout_s=0")
+        _fit(tmp_path, _Batches(), "--data.init_args.collector.worker_timeout_s=0")
     assert "worker_timeout_s" in capsys.readouterr().err
 
 
@@ -221,7 +224,7 @@ def test_self_play_with_workers_plays_the_snapshots_in_the_workers(tmp_path):
     callbacks = [{"class_path": "callbacks.SelfPlay", "init_args": {"every_n_frames": 384, "pool_size": 2}}]
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                  save_config_callback=None, auto_configure_optimizers=False,
-                 args=["--config", hockey_dqn_config(tmp_path, callbacks), "--data.init_args.workers=2"])
+                 args=["--config", hockey_dqn_config(tmp_path, callbacks), "--data.init_args.collector.workers=2"])
     probe = _WorkerOpponents()
     cli.trainer.callbacks.append(probe)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)

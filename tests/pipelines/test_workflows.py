@@ -206,7 +206,7 @@ def test_write_errors_name_the_file_or_the_shared_memory():
     for err in (OSError(errno.ENOSPC, "No space left on device"),  # multiprocessing's semaphore in /dev/shm
                 RuntimeError("unable to allocate shared memory(shm) for file </torch_1_2>: Resource unavailable")):
         line = write_error(err)
-        assert line.startswith("no shared memory left in /dev/shm") and "data.init_args.workers: 0" in line
+        assert line.startswith("no shared memory left in /dev/shm") and "data.init_args.collector.workers: 0" in line
     assert write_error(RuntimeError("index 2 is out of bounds")) is None
     assert write_error(OSError(errno.ENOENT, "No such file", "/x")) is None
 
