@@ -456,8 +456,9 @@ def main() -> None:
         parser.error(f"--sb3_threads must be >= 1, got {args.sb3_threads}")
     if args.only != "ours" and importlib.util.find_spec("stable_baselines3") is None:
         sys.exit(MISSING_SB3)
-    with open(args.config) as f:
-        config = yaml.safe_load(f)
+    from pipelines.search_space import merged_config
+
+    config = merged_config([args.config], [], {})  # (with configs/defaults.yaml and callbacks+ appended)
     data = data_settings(config)
     total = args.total_frames or data["total_frames"]
     if args.quick and args.total_frames is None:

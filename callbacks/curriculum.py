@@ -7,9 +7,16 @@ from typing import Any
 
 import lightning as L
 
+from callbacks.evaluation import PolicyEvaluation
+from callbacks.selfplay import SelfPlay
+
 log = logging.getLogger(__name__)
 
 _PHASE_KEYS = {"name", "settings", "until", "clear_buffer", "self_play"}
+
+
+def _has(trainer: L.Trainer, kind: type) -> bool:
+    return any(isinstance(c, kind) for c in trainer.callbacks)
 
 
 def _phase_error(i: int, key: str, value: Any, allowed: str) -> ValueError:
@@ -26,10 +33,12 @@ class CurriculumPhases(L.Callback):
       least ``at_least``;
     * no ``until``: the phase lasts to the end (the last phase's rule is ignored).
 
-    A phase with ``self_play: true`` turns the data module's ``self_play`` on (``set_self_play``: a
-    ``callbacks.SelfPlay`` of the run then draws the opponents); every other phase turns it off (the phase's
-    settings set them; the pool keeps taking snapshots). The metric rules read the module's ``evaluations``,
-    which a ``callbacks.PolicyEvaluation`` fills.
+    A phase with ``self_play: true`` turns the run's ``callbacks.SelfPlay`` on (``SelfPlay.set_active``: it then
+    draws the opponents); every other phase turns it off (the phase's settings set them; the pool keeps taking
+    snapshots). The metric rules read the evaluations a ``callbacks.PolicyEvaluation`` publishes in
+    ``trainer.callback_metrics`` (each new one told by its ``eval/frames``), keeping the phase's values in a
+    window of their own (in the checkpoint); an evaluation without the rule's metric stops the run, naming the
+    metrics it has (as Lightning's ``EarlyStopping(strict=True)`` does).
 
     On a transition every env of the run gets the new settings at once (an env may apply them from each
     row's next reset, as the hockey env does, so no episode mixes two phases), the replay buffer is
@@ -43,8 +52,9 @@ class CurriculumPhases(L.Callback):
 
     Raises:
         ValueError: an empty list, a duplicate name, an unknown key or rule (the message names
-            ``phases[i].<key>``); at the start of training, ``clear_buffer`` without a replay buffer or a
-            metric rule without a ``PolicyEvaluation`` callback.
+            ``phases[i].<key>``); at the start of training, ``clear_buffer`` without a replay buffer, a metric rule
+            without a ``PolicyEvaluation`` callback or ``self_play`` without a ``SelfPlay`` callback; in training, an
+            evaluation without the rule's metric.
     """
 
     def __init__(self, phases: list[dict[str, Any]]) -> None:
@@ -75,24 +85,40 @@ class CurriculumPhases(L.Callback):
         self.phases = [dict(p) for p in phases]
         self.phase = 0
         self.phase_start = 0  # collected frames when the phase began
+        self.window: list[float] = []  # the rule's metric at each evaluation of the phase read so far
+        self._read_frames: float | None = None  # eval/frames of the last evaluation read
 
     @property
     def name(self) -> str:
         return self.phases[self.phase]["name"]
 
     def state_dict(self) -> dict:
-        return {"phase": self.phase, "phase_start": self.phase_start}
+        return {"phase": self.phase, "phase_start": self.phase_start, "window": self.window,
+                "read_frames": self._read_frames}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.phase = int(state_dict["phase"])
         self.phase_start = int(state_dict["phase_start"])
+        self.window = [float(v) for v in state_dict.get("window", [])]
+        self._read_frames = state_dict.get("read_frames")
+        legacy = getattr(self, "_legacy_history", None)
+        until = self.phases[self.phase].get("until") or {} if self.phase < len(self.phases) else {}
+        if "window" not in state_dict and legacy and "metric" in until:  # as its rule read them then
+            read = [h for h in legacy if h["frames"] > self.phase_start and until["metric"] in h]
+            self.window = [float(h[until["metric"]]) for h in read]
+            self._read_frames = read[-1]["frames"] if read else None
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        """A checkpoint written before the window was the callback's keeps the evaluations in the module's state
+        (``rl_state.evaluations``): kept here for :meth:`load_state_dict` (called next) to fill the window."""
+        self._legacy_history = (checkpoint.get("rl_state") or {}).get("evaluations", [])
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if any(p.get("clear_buffer") for p in self.phases) and not hasattr(trainer.datamodule, "clear_replay"):
             raise ValueError("CurriculumPhases: clear_buffer needs an off-policy data module (a replay buffer)")
-        if any("metric" in (p.get("until") or {}) for p in self.phases[:-1]) and not pl_module.has_evaluator:
+        if any("metric" in (p.get("until") or {}) for p in self.phases[:-1]) and not _has(trainer, PolicyEvaluation):
             raise ValueError("CurriculumPhases: a metric rule needs a callbacks.PolicyEvaluation in trainer.callbacks")
-        if any(p.get("self_play") for p in self.phases) and trainer.datamodule.self_play is None:
+        if any(p.get("self_play") for p in self.phases) and not _has(trainer, SelfPlay):
             raise ValueError("CurriculumPhases: self_play needs a callbacks.SelfPlay in trainer.callbacks")
         self._apply(trainer, pl_module)
 
@@ -100,32 +126,51 @@ class CurriculumPhases(L.Callback):
                            batch_idx: int) -> None:
         if self.phase + 1 >= len(self.phases):
             return
-        advance = trainer.strategy.broadcast(self._rule_met(pl_module), src=0)
+        advance = trainer.strategy.broadcast(self._rule_met(trainer, pl_module), src=0)
         if advance:
             self.phase += 1
             self.phase_start = pl_module.collected_frames
+            self.window = []
             if self.phases[self.phase].get("clear_buffer"):
                 trainer.datamodule.clear_replay()
             self._apply(trainer, pl_module)
 
     # ------------------------------------------------------------------ internals
-    def _rule_met(self, pl_module: L.LightningModule) -> bool:
+    def _rule_met(self, trainer: L.Trainer, pl_module: L.LightningModule) -> bool:
         until = self.phases[self.phase].get("until")
         if until is None:
             return False
         if "frames" in until:
             return pl_module.collected_frames - self.phase_start >= until["frames"]
-        history = [h for h in pl_module.evaluations if h["frames"] > self.phase_start and until["metric"] in h]
-        if len(history) < until["evaluations"]:
+        self._read_evaluation(trainer, until["metric"])
+        if len(self.window) < until["evaluations"]:
             return False
-        recent = [h[until["metric"]] for h in history[-until["evaluations"]:]]
+        recent = self.window[-until["evaluations"]:]
         return sum(recent) / len(recent) >= until["at_least"]
+
+    def _read_evaluation(self, trainer: L.Trainer, metric: str) -> None:
+        """Add the rule's metric of an evaluation published since the last read (and in this phase) to the window.
+
+        Raises:
+            ValueError: the evaluation has no such metric (names the ones it has).
+        """
+        published = trainer.callback_metrics
+        frames = published.get("eval/frames")
+        if frames is None or float(frames) == self._read_frames or float(frames) <= self.phase_start:
+            return
+        self._read_frames = float(frames)
+        if metric not in published:
+            have = sorted(k for k in published if k.startswith("eval/") and k != "eval/frames")
+            raise ValueError(f"CurriculumPhases.phases[{self.phase}].until.metric={metric!r}: the evaluation at "
+                             f"{int(frames):,} frames has no such metric; it has {', '.join(have) or 'none'}")
+        self.window.append(float(published[metric]))
 
     def _apply(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         settings = self.phases[self.phase].get("settings") or {}
         if settings:
             trainer.datamodule.configure_env(settings)
-        trainer.datamodule.set_self_play(bool(self.phases[self.phase].get("self_play", False)))
+        for self_play in (c for c in trainer.callbacks if isinstance(c, SelfPlay)):
+            self_play.set_active(bool(self.phases[self.phase].get("self_play", False)))
         for logger in pl_module.loggers:
             logger.log_metrics({"schedule/curriculum_phase": float(self.phase)}, step=pl_module.collected_frames)
         log.info("curriculum phase %d (%s) from %d frames", self.phase, self.name, pl_module.collected_frames)

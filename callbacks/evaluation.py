@@ -39,9 +39,13 @@ class PolicyEvaluation(L.Callback):
 
     With ``settings``, each named entry is a separate evaluation env with those runtime settings
     (``configure``, e.g. ``{weak: {opponent: weak}, strong: {opponent: strong}}`` on the hockey env),
-    logged as ``eval/<name>/<key>``; never the training envs. Every evaluation's metrics (and its frame
-    count) go to the module's ``evaluations`` (checkpointed with the module), which ``callbacks.CurriculumPhases``
-    reads; the callback marks the module ``has_evaluator`` when the run starts.
+    logged as ``eval/<name>/<key>``; never the training envs.
+
+    Every evaluation's metrics are published where Lightning keeps metrics for other callbacks,
+    ``trainer.callback_metrics`` (as ``EarlyStopping`` and ``ModelCheckpoint(monitor=...)`` read them), with
+    ``eval/frames``, the frame count they were measured at, so a reader tells a new evaluation from the last
+    (``callbacks.CurriculumPhases``); and they are kept in :attr:`history` (in the checkpoint; :func:`evaluations`
+    reads it). Each instance has its own ``state_key`` (its interval, seed and settings), so two may coexist.
 
     Args:
         every_n_frames: interval in collected frames (all ranks).
@@ -77,13 +81,25 @@ class PolicyEvaluation(L.Callback):
         self._envs: dict[str | None, object] = {}
         self._warned = False
         self._evaluated_at: int | None = None  # frames of the last evaluation (the end does not repeat it)
+        self.history: list[dict[str, float]] = []  # every evaluation's metrics and frame count (rank 0)
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(every_n_frames=self.schedule.every_n_frames, seed=self.seed,
+                                        settings=sorted(self.settings or {}))
 
     def state_dict(self) -> dict:
-        return {**self.schedule.state_dict(), "best": self.best}
+        return {**self.schedule.state_dict(), "best": self.best, "history": self.history}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.schedule.load_state_dict(state_dict)
         self.best = float(state_dict.get("best", -math.inf))
+        self.history = list(state_dict.get("history", self.history))
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        """A checkpoint written before the history was the callback's keeps it in the module's state
+        (``rl_state.evaluations``): taken from there (the callback's own state, loaded next, has none)."""
+        self.history = list((checkpoint.get("rl_state") or {}).get("evaluations", []))
 
     def best_path(self, trainer: L.Trainer) -> str:
         """Where ``best.ckpt`` goes: the ``ModelCheckpoint``'s folder, else ``<log dir>/checkpoints``."""
@@ -96,9 +112,6 @@ class PolicyEvaluation(L.Callback):
         """The evaluation return of every setting in the episode-return chart (:mod:`pipelines.tensorboard_layout`)."""
         names = [None] if not self.settings else list(self.settings)
         return {"episode return": [f"eval/{n + '/' if n else ''}episode_return" for n in names]}
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        pl_module.has_evaluator = True
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch,
                            batch_idx: int) -> None:
@@ -140,7 +153,9 @@ class PolicyEvaluation(L.Callback):
             prefix = "eval/" if name is None else f"eval/{name}/"
             metrics.update({prefix + k: v for k, v in self._play(self._envs[name], pl_module, prefix).items()})
         pl_module.train(was_training)
-        pl_module.evaluations.append({"frames": float(pl_module.collected_frames), **metrics})
+        frames = float(pl_module.collected_frames)
+        self.history.append({"frames": frames, **metrics})
+        trainer.callback_metrics.update({k: torch.tensor(v) for k, v in {**metrics, "eval/frames": frames}.items()})
         for logger in pl_module.loggers:
             logger.log_metrics(metrics, step=pl_module.collected_frames)
         log.info("evaluation at %d frames: %s", pl_module.collected_frames, metrics)
@@ -185,6 +200,13 @@ class PolicyEvaluation(L.Callback):
             if clip:
                 log_clip(logger.experiment, prefix + "video", clip, pl_module.collected_frames, self.video_fps)
         return metrics
+
+
+def evaluations(trainer: L.Trainer) -> list[dict[str, float]]:
+    """Every evaluation of the run's :class:`PolicyEvaluation` callbacks (metrics and ``frames``), in frame order;
+    [] without one (or off rank 0, which alone evaluates)."""
+    found = [h for c in trainer.callbacks if isinstance(c, PolicyEvaluation) for h in c.history]
+    return sorted(found, key=lambda h: h["frames"])
 
 
 def log_clip(writer, tag: str, frames: list[np.ndarray], step: int, fps: float) -> None:

@@ -31,13 +31,14 @@ class SelfPlay(RLCallback):
 
     Who sets the training envs' opponents is explicit: the env config's ``opponent`` at build, the settings
     of ``configure_env`` (e.g. a ``callbacks.CurriculumPhases`` phase) from each row's next reset, and this
-    callback's draws while the data module's ``self_play`` flag is on (its ``set_self_play``: this
-    callback's ``active`` when the run starts, then each curriculum phase's ``self_play``).
+    callback's draws while it is ``active`` (its one writer is :meth:`set_active`: the config's ``active``, then
+    each ``callbacks.CurriculumPhases`` phase's ``self_play``; in the checkpoint).
 
     The env must offer ``set_opponent(kinds per row)`` and ``set_opponent_policy(callable)`` (the hockey
     env); the callback acts through the data module's ``set_opponents`` / ``set_opponent_policy``, so it
-    works with in-process envs and with rollout workers (``data.collector.workers``) alike. Pool, draw generator and
-    schedule are in the checkpoint. Logged: ``schedule/self_play_pool_size`` and
+    works with in-process envs and with rollout workers (``data.collector.workers``) alike. Pool, draw generator,
+    schedule and ``active`` are in the checkpoint, under a ``state_key`` of the callback's own (its interval, pool
+    size and seed), so two may coexist. Logged: ``schedule/self_play_pool_size`` and
     ``schedule/self_play_share_<kind>`` (the kinds drawn for the batch). Runs the same on every rank (each rank's
     envs draw from their own stream, seeded ``seed + rank``).
 
@@ -48,8 +49,7 @@ class SelfPlay(RLCallback):
         seed: seed of the draws; null: the run's seed (``pipelines.fit`` sets it from ``seed_everything``; 0 when
             built in Python).
         active: draw opponents from the start (snapshots are taken either way); ``callbacks.CurriculumPhases``
-            switches the data module's ``self_play`` per phase (``self_play: true``), so a curriculum can end in
-            self-play.
+            switches it per phase (``self_play: true``), so a curriculum can end in self-play.
 
     Raises:
         ValueError: a non-positive interval or pool size, an unknown kind, a negative probability or a sum
@@ -77,14 +77,32 @@ class SelfPlay(RLCallback):
         self._opponent = None  # a copy of the policy that plays the drawn snapshot
 
     # ------------------------------------------------------------------ state
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(every_n_frames=self.schedule.every_n_frames, pool_size=self.pool_size,
+                                        seed=self.seed)
+
     def state_dict(self) -> dict:
-        return {"pool": self.pool, **self.schedule.state_dict(),
+        return {"pool": self.pool, **self.schedule.state_dict(), "active": self.active,
                 "generator": self._generator.get_state() if self._generator is not None else None}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.pool = list(state_dict["pool"])
         self.schedule.load_state_dict(state_dict)
+        self.active = bool(state_dict.get("active", self.active))
         self._saved_generator = state_dict.get("generator")
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        """A checkpoint written before ``active`` was the callback's keeps it as the data module's ``self_play``:
+        taken from there (the callback's own state, loaded next, has none)."""
+        for key, state in checkpoint.items():
+            if isinstance(key, str) and key.endswith("DataModule") and isinstance(state, dict) and "self_play" in state:
+                self.active = bool(state["self_play"])
+
+    def set_active(self, on: bool) -> None:
+        """Whether this callback draws the training envs' opponents after every batch (on) or the env's settings
+        set them (off): the config's ``active`` at the start, then ``callbacks.CurriculumPhases`` per phase."""
+        self.active = bool(on)
 
     @property
     def next_frames(self) -> int:
@@ -92,9 +110,6 @@ class SelfPlay(RLCallback):
         return self.schedule.next_frames
 
     # ------------------------------------------------------------------ hooks
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        trainer.datamodule.set_self_play(self.active)  # a resumed run's data module state overrides it
-
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.datamodule.env_has("set_opponent", "set_opponent_policy"):
             raise ValueError(f"SelfPlay needs an env with opponents (set_opponent, set_opponent_policy), "
@@ -131,7 +146,7 @@ class SelfPlay(RLCallback):
 
     def _draw(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         data = trainer.datamodule
-        if not data.self_play:
+        if not self.active:
             return
         kinds = self.draw_kinds(data.num_envs)
         if self.pool:

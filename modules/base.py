@@ -72,10 +72,6 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
         self._resume_rng: Tensor | None = None  # a loaded checkpoint's torch RNG state, until restore_rng
         self._sums: dict[str, float | Tensor] = defaultdict(float)
         self._counts: dict[str, int] = defaultdict(int)
-        # every evaluation's metrics and frame count, written by an evaluation callback (callbacks.PolicyEvaluation,
-        # which also sets has_evaluator) and read by others (callbacks.CurriculumPhases); in the checkpoint
-        self.evaluations: list[dict[str, float]] = []
-        self.has_evaluator = False
         self._clock: tuple[float, int] | None = None
         self._episodes = 0  # this rank's finished episodes since the last flush
         self.env_specs: EnvSpecs | None = None  # what the networks were shaped on (build_on); in the checkpoint
@@ -155,7 +151,7 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
 
     # ------------------------------------------------------------------ checkpoint
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Store the frame counter, the evaluations, the counts of skipped non-finite updates, every rank's torch
+        """Store the frame counter, the counts of skipped non-finite updates, every rank's torch
         RNG state (policy sampling, shuffles) and the env specs the networks were shaped on (``env_specs``)."""
         if self.env_specs is not None:
             checkpoint["env_specs"] = self.env_specs.record()
@@ -165,7 +161,6 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
             states = [None] * torch.distributed.get_world_size()
             torch.distributed.all_gather_object(states, rng)
         checkpoint["rl_state"] = {"collected_frames": self.collected_frames, "torch_rng": states,
-                                  "evaluations": self.evaluations,
                                   "nonfinite_updates": int(self.nonfinite_updates),
                                   "consecutive_nonfinite": int(self.consecutive_nonfinite)}
 
@@ -179,7 +174,6 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
         if state is None:
             return
         self.collected_frames = int(state["collected_frames"])
-        self.evaluations = list(state.get("evaluations", []))
         self.nonfinite_updates = int(state.get("nonfinite_updates", 0))
         self.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
         rank = self.trainer.global_rank if self._trainer is not None else 0

@@ -70,9 +70,9 @@ def catalogue() -> str:
     for key, classes in sections().items():
         lines.append(f"{key}:")
         lines.extend(f"  {class_path(c)}: {summary_line(c)}" for c in classes)
-    configs = sorted(glob.glob(os.path.join(CONFIGS, "*.yaml")))
+    configs = [p for p in sorted(glob.glob(os.path.join(CONFIGS, "*.yaml"))) if os.path.basename(p) != "defaults.yaml"]
     if configs:
-        lines.append("configs (--config):")
+        lines.append("configs (--config; each read after configs/defaults.yaml, the trainer block they share):")
         for path in configs:
             with open(path) as f:
                 first = f.readline().strip()

@@ -81,7 +81,9 @@ def run_summary(trainer, model, started: float) -> str:
     lines = [f"run folder: {os.path.abspath(folder)}",
              f"frames: {frames:,} in {_duration(seconds)} ({frames / max(seconds, 1e-9):,.0f} frames/s overall), "
              f"{trainer.global_step:,} optimiser steps"]
-    evaluations = [e for e in model.evaluations if len(e) > 1]
+    from callbacks.evaluation import evaluations as run_evaluations  # (torch loads after the thread settings)
+
+    evaluations = [e for e in run_evaluations(trainer) if len(e) > 1]
     if evaluations:
         chosen = [getattr(c, "best_metric", None) for c in trainer.callbacks]
         returns = [k for k in evaluations[-1] if k.endswith("episode_return")]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import textwrap
@@ -63,6 +64,10 @@ from pipelines.run_config import (  # noqa: E402
 from pipelines.run_folder import OutputExists, RecordConfig, continue_in_folder, plain_config, write_error  # noqa: E402
 from pipelines.stop_signals import on_stop_signal, stopped  # noqa: E402
 
+# what every run config shares (the trainer block, the progress bar, the non-finite guard, atomic checkpoints), read
+# before the run's own config
+DEFAULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "defaults.yaml")
+
 # Checkpoints hold the weights after the optimiser step, which is what resuming needs.
 warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
 
@@ -89,7 +94,7 @@ class FitCLI(LightningCLI):
             config_exit(err)
         epilog = f"What a config can name:\n{catalogue()}\n\n{textwrap.fill(IMPORT_HELP, 100)}"
         kwargs["parser_kwargs"] = {"prog": "python -m pipelines.fit", "formatter_class": _HelpFormatter,
-                                   "epilog": epilog,
+                                   "epilog": epilog, "default_config_files": [DEFAULTS],
                                    **(kwargs.get("parser_kwargs") or {})}
         kwargs.setdefault("parser_class", FitArgumentParser)
         super().__init__(*args, **kwargs)

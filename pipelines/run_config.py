@@ -15,12 +15,13 @@ from jsonargparse import Namespace
 
 
 def add_default_callbacks(trainer: Namespace) -> None:
-    """Callbacks and plugins every run has unless its config lists its own: ``callbacks.NonFiniteGuard`` (stops
-    a run whose updates keep being non-finite) and ``pipelines.checkpoints.AtomicCheckpointIO`` (checkpoints
-    written atomically). TensorBoard gets its hyper-parameters from
-    :func:`pipelines.tensorboard_layout.write_run_header`
-    (the resolved config: the model's, the data pipeline's and the env's settings), so Lightning's own logging of
-    the module's (``enable_autolog_hparams``) and its ``hp_metric`` placeholder (a constant -1) are off. With
+    """Callbacks and plugins every run has: ``callbacks.NonFiniteGuard`` (stops a run whose updates keep being
+    non-finite) and ``pipelines.checkpoints.AtomicCheckpointIO`` (checkpoints written atomically). Both are in
+    ``configs/defaults.yaml``, which every run reads first; a config that replaces the defaults' lists
+    (``callbacks:`` instead of ``callbacks+:``, or its own ``plugins``) gets them added here where it has none.
+    TensorBoard gets its hyper-parameters from :func:`pipelines.tensorboard_layout.write_run_header` (the resolved
+    config: the model's, the data pipeline's and the env's settings), so Lightning's own logging of the module's
+    (``enable_autolog_hparams``) and its ``hp_metric`` placeholder (a constant -1) are off. With
     ``enable_progress_bar: false`` the config's ``callbacks.FrameProgressBar`` is left out (Lightning refuses a
     progress bar callback then)."""
     trainer.enable_autolog_hparams = False

@@ -10,7 +10,7 @@ import re
 
 import yaml
 
-from pipelines.fit import fit_settings
+from pipelines.fit import DEFAULTS, fit_settings
 
 KINDS = ("float", "int", "categorical")
 DIRECTIONS = ("maximize", "minimize")
@@ -75,13 +75,15 @@ def sample(trial, parameters: dict) -> dict:
 
 
 def merged_config(configs: list[str], overrides: list[str], values: dict) -> dict:
-    """The configs (later ones over earlier ones), then ``--key=value`` overrides, then ``values``, as one config.
+    """``configs/defaults.yaml`` and the configs (later ones over earlier ones; a ``key+:`` list is appended to the
+    list before it, as LightningCLI reads it), then ``--key=value`` overrides, then ``values``, as one config. A list
+    index (``trainer.callbacks[3]``) counts the defaults' entries too, as ``--print_config`` lists them.
 
     Raises:
         SearchSpaceError: a key that does not address the config (names it).
     """
     config: dict = {}
-    for path in configs:
+    for path in [DEFAULTS, *configs]:
         with open(path) as f:
             _merge(config, yaml.safe_load(f) or {})
     pairs = [o[2:].split("=", 1) for o in overrides if o.startswith("--") and "=" in o]
@@ -92,7 +94,9 @@ def merged_config(configs: list[str], overrides: list[str], values: dict) -> dic
 
 def _merge(into: dict, new: dict) -> None:
     for key, value in new.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
+        if key.endswith("+") and isinstance(value, list):
+            into[key[:-1]] = [*(into.get(key[:-1]) or []), *value]
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
             _merge(into[key], value)
         else:
             into[key] = value

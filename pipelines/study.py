@@ -11,6 +11,7 @@ import warnings
 
 import lightning as L
 
+from callbacks.evaluation import evaluations
 from pipelines.search_space import SearchSpaceError
 from pipelines.settings import SettingsMismatch, describe_diff, settings_diff
 
@@ -55,12 +56,13 @@ class TrialPruning(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         import optuna
 
-        for evaluation in pl_module.evaluations[self.seen:]:
+        history = evaluations(trainer)
+        for evaluation in history[self.seen:]:
             if self.metric in evaluation:
                 self.trial.report(float(evaluation[self.metric]), int(evaluation["frames"]))
                 if self.trial.should_prune():
                     raise optuna.TrialPruned(f"pruned at {int(evaluation['frames'])} frames")
-        self.seen = len(pl_module.evaluations)
+        self.seen = len(history)
 
 
 def make_pruner(spec: dict):

@@ -47,6 +47,7 @@ set_wait_policy()  # before torch is imported (pipelines/threads.py)
 
 import yaml  # noqa: E402
 
+from callbacks.evaluation import evaluations  # noqa: E402
 from pipelines.console import rounded  # noqa: E402
 from pipelines.run_config import CommandParser, parse_with_fit_keys  # noqa: E402
 from pipelines.search_space import check_trials, merged_config, read_search, sample  # noqa: E402
@@ -125,7 +126,7 @@ def run_trial(trial, configs: list[str], overrides: list[str], search: dict, out
         raise TrialFailed(f"trial {trial.number} ({folder}) failed: {type(err).__name__}: "
                           f"{' '.join(str(err).split())[:300]} (traceback in {log}); {marked}", 1,
                           trial.number) from None
-    results = [e[search["metric"]] for e in cli.model.evaluations if search["metric"] in e]
+    results = [e[search["metric"]] for e in evaluations(cli.trainer) if search["metric"] in e]
     if not results:
         raise TrialFailed(f"trial {trial.number} ({folder}) logged no {search['metric']!r} (does the config "
                           f"evaluate with callbacks.PolicyEvaluation?); {marked}", 2, trial.number)

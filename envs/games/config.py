@@ -6,6 +6,7 @@ while ``episode_reward`` and ``report/game_score`` keep the raw game score."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import Literal
 
@@ -136,6 +137,7 @@ class GameVectorEnv(GymVectorEnv):
             self._claimed = False
 
 
+@dataclass(eq=False)
 class GameConfig(EnvConfig):
     """An emulated game (stable-retro or ALE) with the standard Atari preprocessing (of Mnih et al. 2015 and
     Machado et al. 2018): observations ``pixels`` ``[frame_stack, screen_size, screen_size]`` uint8 (grayscale, the
@@ -173,46 +175,64 @@ class GameConfig(EnvConfig):
 
     Raises:
         ValueError: an unknown game (with the closest names), a stable-retro game whose ROM is missing (with the
-            import command), an action set the console does not have, or a value out of range; checked here,
-            before any work (one emulator is started and closed to read the specs).
+            import command) or a value out of range, checked here; an action set the console does not have, when
+            the first env is built (one emulator is started and closed to read the specs: ``pipelines.fit``'s
+            check of the env against the algorithm does that before any work).
     """
 
     stochastic_evaluation = True
 
-    def __init__(self, game: str = "Airstriker-Genesis-v0", frame_skip: int = 4, noop_max: int = 30,
-                 sticky_actions: float = 0.0, episodic_life: bool = True, screen_size: int = 84,
-                 frame_stack: int = 4, clip_rewards: bool = True, actions: list[list[str]] | None = None,
-                 max_episode_steps: int | None = 27_000, backend: Literal["emulators", "ale_vector"] = "emulators",
-                 ale_threads: int = 0) -> None:
-        require(frame_skip >= 1, "frame_skip", frame_skip, "an integer >= 1 (emulator frames per agent step)")
-        require(noop_max >= 0, "noop_max", noop_max, "an integer >= 0")
-        require(0.0 <= sticky_actions < 1.0, "sticky_actions", sticky_actions, "a probability in [0, 1)")
-        require(8 <= screen_size <= 1024, "screen_size", screen_size, "in [8, 1024] pixels")
-        require(frame_stack >= 1, "frame_stack", frame_stack, "an integer >= 1")
-        require(max_episode_steps is None or max_episode_steps >= 1, "max_episode_steps", max_episode_steps,
-                "null or an integer >= 1")
-        require(backend in ("emulators", "ale_vector"), "backend", backend, "one of emulators, ale_vector")
-        require(backend == "emulators" or emulators.is_ale(game), "backend", backend,
-                f"ale_vector plays ALE games only (env.game={game!r})")
-        require(ale_threads >= 0, "ale_threads", ale_threads, "an integer >= 0 (0: one per core)")
-        emulators.check_game(game)
-        self.game = game
-        self.backend, self.ale_threads = backend, int(ale_threads)
-        self.frame_skip, self.noop_max, self.sticky_actions = int(frame_skip), int(noop_max), float(sticky_actions)
-        self.episodic_life, self.clip_rewards = bool(episodic_life), bool(clip_rewards)
-        self.screen_size, self.frame_stack = int(screen_size), int(frame_stack)
-        self.actions = [list(a) for a in actions] if actions is not None else None
-        self.max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
-        # one emulator started and closed (also checks the action set against the console); the specs from its spaces
-        if backend == "ale_vector":
+    game: str = "Airstriker-Genesis-v0"
+    frame_skip: int = 4
+    noop_max: int = 30
+    sticky_actions: float = 0.0
+    episodic_life: bool = True
+    screen_size: int = 84
+    frame_stack: int = 4
+    clip_rewards: bool = True
+    actions: list[list[str]] | None = None
+    max_episode_steps: int | None = 27_000
+    backend: Literal["emulators", "ale_vector"] = "emulators"
+    ale_threads: int = 0
+
+    def __post_init__(self) -> None:
+        require(self.frame_skip >= 1, "frame_skip", self.frame_skip, "an integer >= 1 (emulator frames per agent step)")
+        require(self.noop_max >= 0, "noop_max", self.noop_max, "an integer >= 0")
+        require(0.0 <= self.sticky_actions < 1.0, "sticky_actions", self.sticky_actions, "a probability in [0, 1)")
+        require(8 <= self.screen_size <= 1024, "screen_size", self.screen_size, "in [8, 1024] pixels")
+        require(self.frame_stack >= 1, "frame_stack", self.frame_stack, "an integer >= 1")
+        require(self.max_episode_steps is None or self.max_episode_steps >= 1, "max_episode_steps",
+                self.max_episode_steps, "null or an integer >= 1")
+        require(self.backend in ("emulators", "ale_vector"), "backend", self.backend, "one of emulators, ale_vector")
+        require(self.backend == "emulators" or emulators.is_ale(self.game), "backend", self.backend,
+                f"ale_vector plays ALE games only (env.game={self.game!r})")
+        require(self.ale_threads >= 0, "ale_threads", self.ale_threads, "an integer >= 0 (0: one per core)")
+        require(self.actions is None or not emulators.is_ale(self.game), "actions", self.actions,
+                "null (env.actions is for stable-retro games only: ALE games play their minimal action set)")
+        emulators.check_game(self.game)
+        self.ale_threads = int(self.ale_threads)
+        self.frame_skip, self.noop_max, self.sticky_actions = (int(self.frame_skip), int(self.noop_max),
+                                                               float(self.sticky_actions))
+        self.episodic_life, self.clip_rewards = bool(self.episodic_life), bool(self.clip_rewards)
+        self.screen_size, self.frame_stack = int(self.screen_size), int(self.frame_stack)
+        self.actions = [list(a) for a in self.actions] if self.actions is not None else None
+        self.max_episode_steps = None if self.max_episode_steps is None else int(self.max_episode_steps)
+        self._spaces = self._specs = None  # one emulator's, read when the first env is built (_read_specs)
+
+    def _read_specs(self) -> None:
+        """Start one emulator, read its spaces (which also checks the action set against the console) and close
+        it; the specs are kept for every env built from this config."""
+        if self._spaces is not None:
+            return
+        if self.backend == "ale_vector":
             probe = self.ale_vector_fn(1)()
             self._spaces = (probe.single_observation_space, probe.single_action_space)
             probe.close()
         else:
-            self._spaces = emulators.game_spaces(game, self.game_fn())
+            self._spaces = emulators.game_spaces(self.game, self.game_fn())
         self._specs = one_env_specs(GymWrapper(emulators.SpacesOnly(*self._spaces), categorical_action_encoding=True),
-                                    game)
-        if backend == "ale_vector":  # (TorchRL names a stack of frames "observation")
+                                    self.game)
+        if self.backend == "ale_vector":  # (TorchRL names a stack of frames "observation")
             self._specs[0][PIXELS] = self._specs[0].pop("observation")
 
     def game_fn(self, render_mode: str | None = None):
@@ -227,6 +247,7 @@ class GameConfig(EnvConfig):
                        self.ale_threads)
 
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
+        self._read_specs()
         if self.backend == "ale_vector":
             base = GameVectorEnv(self.game, num_envs, device, self._specs, self.ale_vector_fn(num_envs),
                                  self.episodic_life, claimed=False)

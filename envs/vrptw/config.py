@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 
 from envs.config import EnvConfig
 from envs.dvrp import DVRPConfig
 from envs.vrptw.env import VRPTWEnv
-from envs.vrptw.source import ServedSetInstances
+from envs.vrptw.source import ServedSetInstances, check_policies
 
 
+@dataclass(eq=False)
 class VRPTWConfig(EnvConfig):
     """VRPTW instances from DVRP episode prefixes (:class:`~envs.vrptw.source.ServedSetInstances`).
 
@@ -26,21 +27,30 @@ class VRPTWConfig(EnvConfig):
             rule; keep it equal to the routing policy's).
 
     Raises:
-        ValueError: an unknown policy or a negative penalty (the message names the key).
+        ValueError: an unknown policy, a negative penalty or a non-positive exponent (the message names the key).
     """
 
-    def __init__(self, dvrp: DVRPConfig, policies: Sequence[str] = ("fallback", "informed", "greedy", "random"),
-                 stop_exponent: float = 1.0, unserved_penalty: float = 100.0, early_return: bool = False) -> None:
-        if unserved_penalty < 0:
-            raise ValueError(f"env.unserved_penalty={unserved_penalty!r} is not allowed: must be >= 0")
-        if stop_exponent <= 0:
-            raise ValueError(f"env.stop_exponent={stop_exponent!r} is not allowed: must be > 0")
-        self.dvrp = dvrp
-        self.policies = list(policies)
-        self.unserved_penalty = unserved_penalty
-        self.early_return = early_return
-        self.stop_exponent = stop_exponent
-        self.source = ServedSetInstances(dvrp, self.policies, stop_exponent=stop_exponent)
+    dvrp: DVRPConfig
+    policies: list[str] = field(default_factory=lambda: ["fallback", "informed", "greedy", "random"])
+    stop_exponent: float = 1.0
+    unserved_penalty: float = 100.0
+    early_return: bool = False
+
+    def __post_init__(self) -> None:
+        if self.unserved_penalty < 0:
+            raise ValueError(f"env.unserved_penalty={self.unserved_penalty!r} is not allowed: must be >= 0")
+        if self.stop_exponent <= 0:
+            raise ValueError(f"env.stop_exponent={self.stop_exponent!r} is not allowed: must be > 0")
+        self.policies = list(self.policies)
+        check_policies(self.policies)
+        self._source: ServedSetInstances | None = None
+
+    @property
+    def source(self) -> ServedSetInstances:
+        """The instance source (built on first use: the DVRP episodes that make the instances)."""
+        if self._source is None:
+            self._source = ServedSetInstances(self.dvrp, self.policies, stop_exponent=self.stop_exponent)
+        return self._source
 
     @property
     def num_customers(self) -> int:

@@ -34,6 +34,17 @@ def _uniform_pick(allowed: Tensor, scores: Tensor, fallback: int) -> Tensor:
     return torch.where(allowed.any(-1), pick, fallback)
 
 
+def check_policies(policies: Sequence[str]) -> None:
+    """Check the names of the scripted DVRP offer policies that play the episodes.
+
+    Raises:
+        ValueError: none given, or an unknown name (the message lists the allowed ones).
+    """
+    unknown = [p for p in policies if p not in BASELINES]
+    if unknown or not policies:
+        raise ValueError(f"env.policies={list(policies)!r}: unknown {unknown}; allowed: {', '.join(BASELINES)}")
+
+
 class ServedSetInstances:
     """Problems (see :mod:`envs.routing.problem`) drawn from DVRP episodes of ``config``.
 
@@ -53,9 +64,7 @@ class ServedSetInstances:
 
     def __init__(self, config: DVRPConfig, policies: Sequence[str] = ("fallback", "informed", "greedy", "random"),
                  with_candidate: bool = True, stop_exponent: float = 1.0) -> None:
-        unknown = [p for p in policies if p not in BASELINES]
-        if unknown or not policies:
-            raise ValueError(f"env.policies={list(policies)!r}: unknown {unknown}; allowed: {', '.join(BASELINES)}")
+        check_policies(policies)
         self.config = config
         self.policies = tuple(policies)
         self.with_candidate = with_candidate

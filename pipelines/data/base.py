@@ -108,7 +108,6 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         self.collector_options = collector
         self.env: EnvBase | None = None
         self.control: EnvControl | None = None
-        self.self_play: bool | None = None  # None: no callbacks.SelfPlay in the run (see set_self_play)
         self._collector: Iterator | None = None
 
     @property
@@ -217,13 +216,9 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         if self.embedding_model() is not None:
             weights = self.embedding_model().state_dict()
             state["embedding_model"] = {k: v.detach().cpu().clone() for k, v in weights.items()}
-        if self.self_play is not None:
-            state["self_play"] = self.self_play
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
-        if "self_play" in state_dict:
-            self.self_play = bool(state_dict["self_play"])
         if "embedding_model" in state_dict:
             self.update_embedding(state_dict["embedding_model"])
         base = unwrap(self.env)

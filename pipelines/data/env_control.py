@@ -130,12 +130,6 @@ class TrainingEnvCalls:
         """Whether the training env's base env has all ``methods`` (e.g. ``set_opponent``)."""
         return all(hasattr(unwrap(self.env), m) for m in methods)
 
-    def set_self_play(self, on: bool) -> None:
-        """Whether ``callbacks.SelfPlay`` draws the training envs' opponents after every batch (on) or the
-        env's settings set them (off). SelfPlay sets its ``active`` at the start of a run, a curriculum phase
-        its ``self_play``; the flag is in the checkpoint."""
-        self.self_play = bool(on)
-
     def configure_env(self, settings: dict) -> None:
         """Apply runtime ``settings`` (e.g. a curriculum phase's mode, opponent and reward weights) to the
         training envs through the base env's ``configure(**settings)``.

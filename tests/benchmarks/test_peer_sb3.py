@@ -6,15 +6,14 @@ from __future__ import annotations
 import copy
 
 import pytest
-import yaml
 
 from benchmarks.peer_sb3 import sb3_hyperparameters, summarise_rounds, training_seed
+from pipelines.search_space import merged_config
 from tests.pipelines.conftest import REPO
 
 
 def _config(name: str) -> dict:
-    with open(REPO / "configs" / name) as f:
-        return yaml.safe_load(f)
+    return merged_config([str(REPO / "configs" / name)], [], {})  # (as the benchmark reads it)
 
 
 def test_cartpole_ppo_maps_to_rl_zoo_settings():

@@ -4,6 +4,9 @@ every constructor argument."""
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
 
 import pytest
 from jsonargparse import ArgumentParser
@@ -55,3 +58,30 @@ def test_print_config_of_a_dataclass_env_config_is_quiet(config):
     run = run_module("pipelines.fit", "--config", f"configs/{config}", "--print_config", timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Warning" not in run.stderr, run.stderr[-2000:]
+
+
+def test_every_run_reads_the_shared_defaults_first(tmp_path):
+    """``configs/defaults.yaml`` is read before the run's config, from any working directory: the trainer block,
+    the progress bar and the non-finite guard before the run's own callbacks (``callbacks+:``), atomic checkpoints;
+    a ``callbacks:`` list replaces the defaults' (``pipelines.fit`` then adds the guard: test_nonfinite.py)."""
+    import yaml
+
+    from tests.pipelines.conftest import REPO
+
+    def resolved(*args: str) -> dict:
+        run = subprocess.run([sys.executable, "-m", "pipelines.fit", *args, "--print_config"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert run.returncode == 0, run.stderr[-2000:]
+        return yaml.safe_load(run.stdout)["trainer"]
+
+    trainer = resolved("--config", str(REPO / "configs" / "cartpole_ppo.yaml"))
+    assert [c["class_path"] for c in trainer["callbacks"]] == [
+        "callbacks.FrameProgressBar", "callbacks.NonFiniteGuard", "callbacks.PolicyEvaluation",
+        "callbacks.ModelCheckpoint"]
+    assert trainer["logger"]["init_args"]["save_dir"] == "runs" and trainer["logger"]["init_args"]["name"] == \
+        "cartpole_ppo"
+    assert (trainer["accelerator"], trainer["devices"], trainer["enable_model_summary"]) == ("cpu", 1, False)
+    assert [p["class_path"] for p in trainer["plugins"]] == ["pipelines.checkpoints.AtomicCheckpointIO"]
+    replaced = resolved("--config", str(REPO / "configs" / "cartpole_ppo.yaml"),
+                        "--trainer.callbacks=[callbacks.ModelCheckpoint]")
+    assert [c["class_path"] for c in replaced["callbacks"]] == ["callbacks.ModelCheckpoint"]

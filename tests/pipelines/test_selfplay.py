@@ -92,5 +92,6 @@ def test_hockey_configs_run(tmp_path, name):
                 + ("actor_hidden_dims=[16]" if name == "hockey_sac" else "hidden_dims=[16]")])
     assert cli.model.collected_frames == 640 and cli.trainer.global_step == (640 - 256) // 64
     # the SAC curriculum starts (and stays on this budget) in its shooting phase, without self-play draws;
-    # hockey_dqn plays the weak opponent only (no SelfPlay callback: the flag was never set)
-    assert cli.datamodule.self_play == {"hockey_sac": False, "hockey_dqn_selfplay": True, "hockey_dqn": None}[name]
+    # hockey_dqn plays the weak opponent only (no SelfPlay callback)
+    active = [c.active for c in cli.trainer.callbacks if isinstance(c, SelfPlay)]
+    assert active == {"hockey_sac": [False], "hockey_dqn_selfplay": [True], "hockey_dqn": []}[name]

@@ -12,7 +12,7 @@ from tests.pipelines.conftest import REPO, run_module
 
 CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
 TINY = ["--data.init_args.total_frames=2048", "--data.init_args.replay_buffer.init_random_frames=256",
-        "--trainer.callbacks[2].init_args.every_n_frames=1024", "--trainer.callbacks[2].init_args.num_envs=4"]
+        "--trainer.callbacks[3].init_args.every_n_frames=1024", "--trainer.callbacks[3].init_args.num_envs=4"]
 
 
 def _search(tmp_path, **settings) -> str:
