@@ -10,6 +10,7 @@ import lightning as L
 import numpy as np
 import torch
 
+from callbacks.compat import add_summary
 from envs import unwrap
 from envs.episodes import play_episodes
 from envs.video import can_render, gif_bytes
@@ -216,4 +217,4 @@ def log_clip(writer, tag: str, frames: list[np.ndarray], step: int, fps: float) 
 
     height, width = frames[0].shape[:2]
     image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif_bytes(frames, fps))
-    writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+    add_summary(writer, Summary(value=[Summary.Value(tag=tag, image=image)]), step)

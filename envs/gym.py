@@ -17,6 +17,7 @@ from torchrl.data import TensorSpec, Unbounded
 from torchrl.data.utils import torch_to_numpy_dtype_dict
 from torchrl.envs import EnvBase, GymEnv, ParallelEnv, SerialEnv
 
+from envs.compat import new_tensordict, set_wrapper_generator, wrapped_gym_env
 from envs.config import EnvConfig
 
 BACKENDS = ("vector", "serial", "parallel")
@@ -89,7 +90,7 @@ def restore(env: gym.Env | gym.vector.VectorEnv, states: list[dict]) -> None:
             if key == "_np_random":
                 generator = np.random.Generator(getattr(np.random, value["bit_generator"])())
                 generator.bit_generator.state = value
-                layer._np_random = generator
+                set_wrapper_generator(layer, generator)
             else:
                 setattr(layer, key, _unplain(value, getattr(layer, key, None)))
 
@@ -152,7 +153,7 @@ def one_env_specs(one: EnvBase, name: str) -> tuple[TensorSpec, TensorSpec, Tens
         ValueError: an action space other than ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or ``Box`` (the
             message names ``name``).
     """
-    space = one._env.action_space
+    space = wrapped_gym_env(one).action_space
     if not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary, gym.spaces.Box)):
         raise ValueError(f"env.env_id={name!r}: action space {space} is not supported by the vector "
                          f"backend (Discrete, MultiDiscrete, MultiBinary or Box); use backend: serial")
@@ -322,7 +323,7 @@ class GymVectorEnv(EnvBase):
         out["episode_reward"] = self._tensor(episode_reward)
         self._extra(out, out["done"])
         # _new_unsafe skips the checks of TensorDict(...): every entry is built here with batch size [B]
-        return TensorDict._new_unsafe(out, batch_size=self.batch_size, device=self.device)
+        return new_tensordict(out, self.batch_size, self.device)
 
     def _step_proc_data(self, next_tensordict_out: TensorDictBase) -> TensorDictBase:
         """:meth:`_step`'s output as it is: TorchRL's pass over a step's output reshapes rewards to ``[B, 1]`` and

@@ -15,6 +15,7 @@ from torchrl.envs import EnvBase
 
 from envs import rng
 from envs.checks import Checks
+from envs.compat import get_entry, set_entry
 from envs.episodes import masked_uniform
 
 
@@ -110,10 +111,10 @@ class RowSeededEnv(EnvBase):
         if not self._simple_done:
             self.checks.read()
             return super().any_done(tensordict)
-        done = tensordict._get_str("done", default=None)  # (TorchRL's own calls, without key parsing)
+        done = get_entry(tensordict, "done")  # (TorchRL's own calls, without key parsing)
         if not self.checks.read(None if done is None else done.any()):
             return False
-        tensordict._set_str("_reset", done.clone(), validated=True, inplace=False, non_blocking=False)
+        set_entry(tensordict, "_reset", done.clone())
         return True
 
     @property

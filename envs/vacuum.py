@@ -18,6 +18,7 @@ from torch import Tensor
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 
 from envs import rng
+from envs.compat import new_tensordict
 from envs.config import EnvConfig, require
 from envs.seeding import RowSeededEnv
 from envs.vacuum_render import draw_grid
@@ -372,7 +373,7 @@ class VacuumEnv(RowSeededEnv):
         done = tensordict.get("done").reshape(-1)
         if not bool(done.any()):
             return tensordict
-        fresh = self._reset(TensorDict._new_unsafe({"_reset": done.unsqueeze(-1)}, batch_size=self.batch_size))
+        fresh = self._reset(new_tensordict({"_reset": done.unsqueeze(-1)}, self.batch_size))
         rows = done.nonzero().squeeze(-1)
         observation = tensordict.get("observation").index_copy(0, rows, fresh.get("observation").index_select(0, rows))
         out = tensordict.copy()
@@ -491,10 +492,10 @@ class VacuumEnv(RowSeededEnv):
             "robot_energy_left": energy_left,
         }
         # _new_unsafe skips the checks of TensorDict(...): every entry is built here with batch size [B]
-        return TensorDict._new_unsafe(
+        return new_tensordict(
             {"observation": observation, "agent_id": self._agent_id.clone(), "action_mask": mask,
              "report": report, "episode_reward": self.episode_returns(step.get("reward")), **step},
-            batch_size=self.batch_size, device=self.device,
+            self.batch_size, self.device,
         )
 
 

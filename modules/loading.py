@@ -9,7 +9,8 @@ import inspect
 import sys
 
 import torch
-from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+
+from modules.compat import given_hyperparameters
 
 
 class CheckpointLoading:
@@ -20,7 +21,7 @@ class CheckpointLoading:
         arguments) are kept as the config that built them: ``{class_path, init_args}`` as LightningCLI passes
         it, so :meth:`load_from_checkpoint` rebuilds the module from its checkpoint alone. A module built in
         Python (not by the CLI) keeps no record of them: a network object is no hyper-parameter."""
-        given = _given_hyperparameters.get()  # LightningCLI's config of this module, while the CLI builds it
+        given = given_hyperparameters()  # LightningCLI's config of this module, while the CLI builds it
         ignore = [n for n in networks if given is None or not isinstance(given.get(n), dict)]
         self.save_hyperparameters(ignore=ignore, frame=inspect.currentframe().f_back)
 

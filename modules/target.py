@@ -13,6 +13,8 @@ from tensordict import TensorDictBase
 from torch import Tensor, nn
 from torchrl.objectives.value.functional import td0_return_estimate
 
+from modules.compat import lerp_
+
 
 class TargetNetwork(nn.Module):
     """A frozen copy of ``source``, called like it, updated by :meth:`step` after every optimiser step.
@@ -64,7 +66,7 @@ class TargetNetwork(nn.Module):
         if self.update == "soft":
             targets, sources = self._pairs()
             floats = [(t, s) for t, s in zip(targets, sources, strict=True) if t.is_floating_point()]
-            torch._foreach_lerp_([t for t, _ in floats], [s for _, s in floats], self.tau)
+            lerp_([t for t, _ in floats], [s for _, s in floats], self.tau)
             return
         self.counter += 1
         if self.counter >= self.interval:

@@ -10,7 +10,8 @@ from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
 from tensordict import TensorDict
 from torch import Tensor
-from torch.utils._pytree import tree_map
+
+from modules.compat import optimizer_step_between_hooks, tree_map
 
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that replay CUDA graphs on a GPU
@@ -99,6 +100,4 @@ class OptimiserUpdates:
         if not direct:
             optimizer.step()
             return
-        optimizer._on_before_step()
-        optimizer.optimizer.step()
-        optimizer._on_after_step()
+        optimizer_step_between_hooks(optimizer)

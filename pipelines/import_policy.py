@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 
 from jsonargparse import Namespace, set_parsing_settings
-from jsonargparse._common import denying_import_path_entry
+
+from pipelines.compat import denying_import_path_entry
 
 ALLOW_ENV = "RLPIPE_ALLOW_IMPORTS"
 PROJECT_PACKAGES = ("envs", "modules", "callbacks", "pipelines")

@@ -19,10 +19,10 @@ import sys
 from typing import NoReturn
 
 import yaml
-from jsonargparse._common import debug_mode_active
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser
 
+from pipelines.compat import debug_mode_active
 from pipelines.renamed import new_place, renamed_key, retyped_key
 
 PACKAGES = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), p) + os.sep

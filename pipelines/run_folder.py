@@ -15,6 +15,7 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from pipelines.checkpoints import CONFIG_KEY
+from pipelines.compat import set_logger_purge_step
 from pipelines.run_config import LOCK_FILE, lock_run_folder
 from pipelines.tensorboard_layout import write_run_header
 
@@ -86,7 +87,7 @@ def continue_in_folder(trainer: L.Trainer, folder: str, frames: int) -> None:
     config is saved beside the first as ``config.resumed-<frames>.yaml``."""
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger):
-            logger._kwargs["purge_step"] = frames + 1  # read when the SummaryWriter is made (its first log)
+            set_logger_purge_step(logger, frames + 1)  # read when the SummaryWriter is made (its first log)
     for callback in trainer.callbacks:
         if isinstance(callback, RecordConfig):
             callback.resumed_frames = frames

@@ -11,6 +11,8 @@ from typing import Any
 
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from callbacks.compat import add_summary
+
 SKIPPED = {"device", "worker_timeout_s", "scratch_dir", "instances", "oracle_checkpoint"}  # not hyper-parameters
 
 
@@ -67,6 +69,6 @@ def write_run_header(trainer, config: dict, metrics: list[str]) -> None:
             continue
         writer = logger.experiment
         for summary in hparams(params, {m: 0.0 for m in metrics}):
-            writer._get_file_writer().add_summary(summary)
+            add_summary(writer, summary)
         if groups:
             writer.add_custom_scalars({"metric and references": {t: ["Multiline", tags] for t, tags in groups.items()}})

@@ -13,6 +13,7 @@ from torch import Tensor
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from envs import rng
+from envs.compat import new_tensordict
 from envs.config import require
 from envs.hockey.constants import (
     ACTION_SIZE,
@@ -454,7 +455,7 @@ class HockeyEnv(RowSeededEnv):
         if not bool(done.any()):
             return tensordict
         out = tensordict.copy()
-        out.update(self._reset(TensorDict._new_unsafe({"_reset": done.unsqueeze(-1)}, batch_size=self.batch_size)))
+        out.update(self._reset(new_tensordict({"_reset": done.unsqueeze(-1)}, self.batch_size)))
         for key in ("done", "terminated", "truncated"):
             out.set(key, torch.zeros_like(tensordict.get(key)))
         return out
@@ -544,4 +545,4 @@ class HockeyEnv(RowSeededEnv):
         if reward is not None:
             out["reward"] = reward
         # _new_unsafe skips the checks of TensorDict(...): every entry is built here with batch size [B]
-        return TensorDict._new_unsafe(out, batch_size=self.batch_size, device=self.device)
+        return new_tensordict(out, self.batch_size, self.device)

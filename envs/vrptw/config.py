@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 import torch
 
@@ -12,9 +12,12 @@ from envs.vrptw.env import VRPTWEnv
 from envs.vrptw.source import ServedSetInstances, check_policies
 
 
-@dataclass(eq=False)
 class VRPTWConfig(EnvConfig):
     """VRPTW instances from DVRP episode prefixes (:class:`~envs.vrptw.source.ServedSetInstances`).
+
+    A plain class, not a dataclass as the other env configs: jsonargparse reads a dataclass field whose type is
+    another config class (``dvrp``) as an unvalidated value, and instantiates it only through a path it has
+    deprecated.
 
     Args:
         dvrp: the DVRP problem whose oracle the instances train (its N, M, Q, H, windows).
@@ -30,19 +33,18 @@ class VRPTWConfig(EnvConfig):
         ValueError: an unknown policy, a negative penalty or a non-positive exponent (the message names the key).
     """
 
-    dvrp: DVRPConfig
-    policies: list[str] = field(default_factory=lambda: ["fallback", "informed", "greedy", "random"])
-    stop_exponent: float = 1.0
-    unserved_penalty: float = 100.0
-    early_return: bool = False
-
-    def __post_init__(self) -> None:
-        if self.unserved_penalty < 0:
-            raise ValueError(f"env.unserved_penalty={self.unserved_penalty!r} is not allowed: must be >= 0")
-        if self.stop_exponent <= 0:
-            raise ValueError(f"env.stop_exponent={self.stop_exponent!r} is not allowed: must be > 0")
-        self.policies = list(self.policies)
-        check_policies(self.policies)
+    def __init__(self, dvrp: DVRPConfig, policies: Sequence[str] = ("fallback", "informed", "greedy", "random"),
+                 stop_exponent: float = 1.0, unserved_penalty: float = 100.0, early_return: bool = False) -> None:
+        if unserved_penalty < 0:
+            raise ValueError(f"env.unserved_penalty={unserved_penalty!r} is not allowed: must be >= 0")
+        if stop_exponent <= 0:
+            raise ValueError(f"env.stop_exponent={stop_exponent!r} is not allowed: must be > 0")
+        check_policies(policies)
+        self.dvrp = dvrp
+        self.policies = list(policies)
+        self.unserved_penalty = unserved_penalty
+        self.early_return = early_return
+        self.stop_exponent = stop_exponent
         self._source: ServedSetInstances | None = None
 
     @property

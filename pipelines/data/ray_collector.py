@@ -33,6 +33,7 @@ from torch import nn
 from torchrl.collectors import Collector
 
 from envs import EnvConfig
+from pipelines.compat import ray_actor_state
 from pipelines.data.collectors import VersionedPolicy, make_worker_env, watchdog
 from pipelines.data.env_control import Call
 from pipelines.data.options import RayOptions
@@ -133,11 +134,9 @@ class RayWorkerCollector:
         """Per actor (in order): its Ray node id, process id, state (``ALIVE``, ``RESTARTING``, ``DEAD``...) and
         restarts so far, from the cluster's actor table (Ray's GCS; the public ``ray.util.state`` API needs the
         dashboard of ``ray[default]``)."""
-        from ray._private import state as gcs
-
         states = []
         for handle in self._collector.remote_collectors:
-            entry = gcs.actors(handle._actor_id.hex()) or {}
+            entry = ray_actor_state(handle)
             states.append({"node_id": (entry.get("Address") or {}).get("NodeID"), "pid": entry.get("Pid"),
                            "state": entry.get("State"), "restarts": int(entry.get("NumRestarts") or 0)})
         return states

@@ -24,6 +24,8 @@ from torchrl.data import LazyMemmapStorage, LazyTensorStorage, TensorDictReplayB
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.envs import Transform
 
+from pipelines.compat import set_transform_buffer, transform_buffer
+
 _DONE_KEYS = ("done", "terminated", "truncated")
 
 
@@ -144,7 +146,7 @@ def pending_steps(buffer: TensorDictReplayBuffer) -> dict:
     (``_buffer``) to complete their n-step returns with the next batch; it does not save them itself."""
     state = {}
     for i, transform in enumerate(_transforms(buffer)):
-        held = getattr(transform, "_buffer", None)
+        held = transform_buffer(transform)
         if isinstance(held, TensorDictBase):
             state[str(i)] = {"data": held.to_dict(), "batch_size": list(held.batch_size)}
     return state
@@ -154,7 +156,7 @@ def load_pending_steps(buffer: TensorDictReplayBuffer, state: dict) -> None:
     """Restore :func:`pending_steps` into the buffer's transforms."""
     for i, transform in enumerate(_transforms(buffer)):
         if str(i) in state:
-            transform._buffer = TensorDict(state[str(i)]["data"], batch_size=state[str(i)]["batch_size"])
+            set_transform_buffer(transform, TensorDict(state[str(i)]["data"], batch_size=state[str(i)]["batch_size"]))
 
 
 def _transforms(buffer: TensorDictReplayBuffer) -> list:

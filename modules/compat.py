@@ -1,0 +1,33 @@
+"""The modules' uses of other libraries' private APIs, in one place. Each was written for the versions in
+:data:`WRITTEN_FOR`; ``tests/test_compat.py`` fails when an installed version differs, so each use is read again
+against the new release before the pins move."""
+
+from __future__ import annotations
+
+import torch
+from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+from torch import Tensor
+from torch.utils._pytree import tree_map
+
+WRITTEN_FOR = {"torch": "2.13", "lightning": "2.6"}
+
+__all__ = ["WRITTEN_FOR", "given_hyperparameters", "lerp_", "optimizer_step_between_hooks", "tree_map"]
+
+
+def given_hyperparameters() -> dict | None:
+    """The config LightningCLI is building the module from, while it builds it (Lightning's context variable
+    ``_given_hyperparameters``, which ``save_hyperparameters`` reads), or None."""
+    return _given_hyperparameters.get()
+
+
+def lerp_(targets: list[Tensor], sources: list[Tensor], weight: float) -> None:
+    """``t += weight * (s - t)`` for every pair, as one fused kernel per device (``torch._foreach_lerp_``)."""
+    torch._foreach_lerp_(targets, sources, weight)
+
+
+def optimizer_step_between_hooks(optimizer) -> None:
+    """A ``LightningOptimizer``'s wrapped torch step between the manual loop's progress calls, which its ``step``
+    makes (``_on_before_step`` / ``_on_after_step``), without the strategy's and precision plugin's hook calls."""
+    optimizer._on_before_step()
+    optimizer.optimizer.step()
+    optimizer._on_after_step()

@@ -1,0 +1,39 @@
+"""The pipelines' uses of other libraries' private APIs, in one place. Each was written for the versions in
+:data:`WRITTEN_FOR`; ``tests/test_compat.py`` fails when an installed version differs, so each use is read again
+against the new release before the pins move."""
+
+from __future__ import annotations
+
+from jsonargparse._common import debug_mode_active, denying_import_path_entry
+from tensordict import TensorDict
+
+WRITTEN_FOR = {"jsonargparse": "4.53", "lightning": "2.6", "torchrl": "0.14", "ray": "2.60"}
+
+__all__ = ["WRITTEN_FOR", "debug_mode_active", "denying_import_path_entry", "ray_actor_state",
+           "set_logger_purge_step", "set_transform_buffer", "transform_buffer"]
+
+
+def set_logger_purge_step(logger, step: int) -> None:
+    """Make a Lightning ``TensorBoardLogger`` whose ``SummaryWriter`` is not made yet purge events from ``step`` on
+    (the writer's ``purge_step``, read from the logger's ``_kwargs`` when the writer is made)."""
+    logger._kwargs["purge_step"] = step
+
+
+def transform_buffer(transform) -> TensorDict | None:
+    """The steps a TorchRL ``MultiStepTransform`` holds back to complete their n-step returns with the next batch
+    (its ``_buffer``; it does not save them itself), or None."""
+    return getattr(transform, "_buffer", None)
+
+
+def set_transform_buffer(transform, data: TensorDict) -> None:
+    """Put the steps a TorchRL ``MultiStepTransform`` holds back (its ``_buffer``) in place, as a checkpoint kept
+    them."""
+    transform._buffer = data
+
+
+def ray_actor_state(handle) -> dict:
+    """Ray's record of an actor (node, pid, state, restarts) from the cluster's control store
+    (``ray._private.state``: the public state API needs the dashboard, which the ray extra does not install)."""
+    from ray._private import state as gcs
+
+    return gcs.actors(handle._actor_id.hex()) or {}
