@@ -7,7 +7,7 @@ and each collected batch costs.
         [--runs cpu gpu gpu:default gpu:reduce-overhead]
         [--extra=--data.init_args.replay_buffer.init_random_frames=1024 ...]
 
-Each run is ``pipelines.fit`` on a config (its callbacks kept: evaluation, embedding updates and checkpoints
+Each run is ``pipelines.fit`` on a config (its callbacks kept: evaluation, flexibility-model updates and checkpoints
 run as a user's run has them; the logger writes to a temporary folder) for ``warmup_batches + batches`` collected
 batches, in its own spawned process; the first ``warmup_batches`` are not timed (CUDA start, compilation). A run
 is ``cpu`` (``--trainer.accelerator=cpu``), ``gpu`` (``--trainer.accelerator=gpu``) or ``gpu:<mode>`` (GPU with

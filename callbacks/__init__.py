@@ -3,12 +3,12 @@
 from callbacks.base import RLCallback
 from callbacks.checkpoint import ModelCheckpoint
 from callbacks.curriculum import CurriculumPhases
-from callbacks.embedding import EmbeddingUpdate
 from callbacks.epsilon import EpsilonDecay
 from callbacks.evaluation import PolicyEvaluation
+from callbacks.flexibility import FlexibilityUpdate
 from callbacks.nonfinite import NonFiniteGuard
 from callbacks.progress import FrameProgressBar
 from callbacks.selfplay import SelfPlay
 
-__all__ = ["CurriculumPhases", "EmbeddingUpdate", "EpsilonDecay", "FrameProgressBar", "ModelCheckpoint",
+__all__ = ["CurriculumPhases", "EpsilonDecay", "FlexibilityUpdate", "FrameProgressBar", "ModelCheckpoint",
            "NonFiniteGuard", "PolicyEvaluation", "RLCallback", "SelfPlay"]

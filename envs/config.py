@@ -28,7 +28,7 @@ class EnvConfig(ABC):
 
     Attributes:
         embedding_model: a learned model the env's observations depend on (shared by every env built
-            from this config, retrained by ``callbacks.EmbeddingUpdate``), or None.
+            from this config, retrained by ``callbacks.FlexibilityUpdate``), or None.
         num_agents: R for a multi-agent env, whose per-agent entries (observation, action, reward,
             action mask, ...) carry an agent dim of size R right after the batch dims, while the done
             flags (``[*B, 1]``) are shared by the agents; None for a single-agent env.

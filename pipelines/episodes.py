@@ -82,19 +82,14 @@ class EpisodeDataModule(RLDataModule):
         return 1
 
     @property
-    def num_batches(self) -> int:
-        """An upper bound (every instance takes at least one frame); the stream ends at the budget."""
-        world = self.world_size
-        return -(-self.total_frames // (self.batch_size * world))
+    def frames_per_batch(self) -> int:
+        """Instances per training step on each rank: every instance takes at least one construction step, so the
+        stream's ``num_batches`` (the budget over this) is an upper bound; the stream ends at the budget."""
+        return self.batch_size
 
     @property
     def planned_frames(self) -> int:
         return self.total_frames
-
-    @property
-    def frames_per_batch(self) -> int:
-        """Instances per training step on each rank (each takes at least one construction step)."""
-        return self.batch_size
 
     def state_dict(self) -> dict:
         return {"batch_index": self.batch_index}

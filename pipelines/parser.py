@@ -23,7 +23,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser
 
 from pipelines.compat import debug_mode_active
-from pipelines.renamed import new_place, renamed_key, retyped_key
+from pipelines.renamed import new_place, renamed_class, renamed_key, retyped_key
 
 PACKAGES = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), p) + os.sep
                  for p in ("pipelines", "modules", "envs", "callbacks"))  # the project's own code
@@ -97,6 +97,8 @@ def one_line(message: str, options: list[str] = ()) -> str | None:
                 value = leaf.removeprefix("Unable to load config").strip(" '\"")
                 return (f"{'.'.join(path)}: a section now; the value {value} goes to "
                         f"{new_place(path[:-1], retyped)} (a key of {class_path})")
+            if after_class and renamed_class(class_path):
+                return f"{'.'.join([*path[:-1], 'class_path'])}={class_path!r}: renamed {renamed_class(class_path)}"
             if after_class:  # the class itself was refused (not importable, not allowed)
                 return f"{'.'.join([*path[:-1], 'class_path'])}={class_path!r}: {leaf}"
             return f"{'.'.join(path)}: {leaf}" if path else leaf

@@ -1,5 +1,6 @@
-"""Config keys renamed to the field's terms or moved to the object they configure. A config (file or command line)
-that still uses an old key stops before any work with one line naming the new one (:func:`pipelines.parser.one_line`),
+"""Config keys renamed to the field's terms or moved to the object they configure, and classes renamed. A config
+(file or command line) that still uses an old key or class path stops before any work with one line naming the new
+one (:func:`pipelines.parser.one_line`),
 instead of jsonargparse's "no such key". A config recorded by an older run (its ``config.yaml``, or the copy in a
 checkpoint), which its user cannot be asked to edit, is brought to the new keys by :func:`upgrade_config` when a
 checkpoint is played (``pipelines.evaluate``, ``pipelines.export``).
@@ -26,11 +27,17 @@ RENAMED_KEYS: dict[str, dict[str, str]] = {
     "EpsilonDecay": {"decay_frames": "annealing_frames"},
     # TorchRL's MultiStepTransform(n_steps) and SB3's n_steps
     "DQNModule": {"n_step": "n_steps"},
-    # one name for "every N frames" (PolicyEvaluation, SelfPlay, EmbeddingUpdate use it too)
+    # one name for "every N frames" (PolicyEvaluation, SelfPlay, FlexibilityUpdate use it too)
     "REINFORCEModule": {"eval_interval_frames": "every_n_frames"},
     # one object per RL concern: the collector's options, the replay buffer's, PPO's epochs on the PPO module
     "OnPolicyDataModule": {**_COLLECTOR, **_PPO_EPOCHS},
     "OffPolicyDataModule": {**_COLLECTOR, **_REPLAY},
+}
+
+# classes renamed (by class name): the new class path
+RENAMED_CLASSES: dict[str, str] = {
+    # what it retrains is the DVRP config's flexibility model (modules.flexibility.FlexibilityModel)
+    "EmbeddingUpdate": "callbacks.FlexibilityUpdate",
 }
 
 # an old key that still exists with another meaning: the old value's kind -> where that value goes now
@@ -43,6 +50,11 @@ RETYPED_KEYS: dict[str, dict[str, str]] = {
 def renamed_key(class_path: str, key: str) -> str | None:
     """The new name of ``key`` of the class at ``class_path``, or None when it was not renamed."""
     return RENAMED_KEYS.get(class_path.rpartition(".")[2], {}).get(key)
+
+
+def renamed_class(class_path: str) -> str | None:
+    """The new class path of the class at ``class_path`` (short or long), or None when it was not renamed."""
+    return RENAMED_CLASSES.get(str(class_path).rpartition(".")[2])
 
 
 def retyped_key(class_path: str, key: str) -> str | None:
@@ -61,8 +73,8 @@ def _absolute(new: str) -> bool:
 
 
 def upgrade_config(config: dict) -> tuple[dict, list[str]]:
-    """``config`` (a resolved fit config as plain data) with every renamed key of its ``model``, ``data`` and
-    callback entries put where it is now, and what was moved (``old -> new``, empty when nothing was).
+    """``config`` (a resolved fit config as plain data) with every renamed class path and key of its ``model``,
+    ``data`` and callback entries put where it is now, and what was moved (``old -> new``, empty when nothing was).
 
     A key whose new place is already set is left where it is, for the parser to refuse.
     """
@@ -71,7 +83,12 @@ def upgrade_config(config: dict) -> tuple[dict, list[str]]:
     entries = [(section, config.get(section)) for section in ("model", "data")]
     entries += [(f"trainer.callbacks.{i}", c) for i, c in enumerate(callbacks if isinstance(callbacks, list) else [])]
     for where, entry in entries:
-        if not isinstance(entry, dict) or not isinstance(entry.get("init_args"), dict):
+        if not isinstance(entry, dict):
+            continue
+        if renamed_class(entry.get("class_path", "")):
+            moved.append(f"{where}.class_path {entry['class_path']} -> {renamed_class(entry['class_path'])}")
+            entry["class_path"] = renamed_class(entry["class_path"])
+        if not isinstance(entry.get("init_args"), dict):
             continue
         name, init = str(entry.get("class_path", "")).rpartition(".")[2], entry["init_args"]
         for old, new in RETYPED_KEYS.get(name, {}).items():

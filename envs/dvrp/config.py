@@ -64,7 +64,7 @@ class DVRPConfig(EnvConfig):
             ``class_path: modules.flexibility.FlexibilityModel``), or null for none. With it, the env adds
             the model's p(k | attributes) and embedding to every customer row and to the request, the
             predicted acceptance probability to every offer, and records each offer's outcome
-            (``outcome``) for ``callbacks.EmbeddingUpdate``, which retrains the model during the run. One
+            (``outcome``) for ``callbacks.FlexibilityUpdate``, which retrains the model during the run. One
             model is shared by every env built from this config.
         refusal_mask_threshold: with ``flexibility``, offers whose predicted refusal probability
             P(k < |s| | x) exceeds it are masked, on top of the feasibility mask (reject is never masked).

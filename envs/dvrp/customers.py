@@ -2,7 +2,7 @@
 
 A customer of flexibility type k in {0..K-1} accepts a window shifted by s slots iff |s| <= k. A model of
 p(k | attributes) therefore predicts the acceptance of every offer: P(k >= |s| | x). The env receives
-such a model (e.g. ``modules.flexibility.FlexibilityModel``, trained by ``callbacks.EmbeddingUpdate``)
+such a model (e.g. ``modules.flexibility.FlexibilityModel``, trained by ``callbacks.FlexibilityUpdate``)
 through its config and uses it only through :class:`CustomerModel`; nothing here learns.
 """
 

@@ -19,7 +19,7 @@ The stream ends when ``total_frames`` (summed over ranks) have been collected, a
 
 Callbacks that need the collected data subclass :class:`callbacks.base.RLCallback`: its
 ``on_batch_collected(trainer, pl_module, batch)`` receives every collected batch, on every rank, after the module
-counted and processed it (``callbacks.EmbeddingUpdate`` fills its outcome store so).
+counted and processed it (``callbacks.FlexibilityUpdate`` fills its outcome store so).
 Callbacks act on the training envs through the named methods :meth:`EnvDataModule.configure_env`,
 :meth:`~EnvDataModule.set_opponents`, :meth:`~EnvDataModule.set_opponent_policy` and
 :meth:`~EnvDataModule.update_embedding` (:mod:`pipelines.data.env_control`).

@@ -50,12 +50,12 @@ def test_defaults_and_the_range_edges_are_accepted(algorithm):
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"lr": 1e300}, r"EmbeddingUpdate\.lr=1e\+300 is not allowed: a learning rate in \(0, 1\]"),
-    ({"lr": math.nan}, r"EmbeddingUpdate\.lr=nan is not allowed"),
-    ({"epochs": 0}, r"EmbeddingUpdate\.epochs=0 is not allowed: an integer >= 1"),
+    ({"lr": 1e300}, r"FlexibilityUpdate\.lr=1e\+300 is not allowed: a learning rate in \(0, 1\]"),
+    ({"lr": math.nan}, r"FlexibilityUpdate\.lr=nan is not allowed"),
+    ({"epochs": 0}, r"FlexibilityUpdate\.epochs=0 is not allowed: an integer >= 1"),
 ])
-def test_embedding_update_settings_are_range_checked(kwargs, message):
-    from callbacks.embedding import EmbeddingUpdate
+def test_flexibility_update_settings_are_range_checked(kwargs, message):
+    from callbacks.flexibility import FlexibilityUpdate
 
     with pytest.raises(ValueError, match=message):
-        EmbeddingUpdate(**kwargs)
+        FlexibilityUpdate(**kwargs)

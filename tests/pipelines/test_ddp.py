@@ -18,7 +18,7 @@ def test_ddp_two_cpu_ranks(tmp_path):
     probe = tmp_path / "probe"
     proc = run_module("pipelines.fit", "--config", SMOKE, "--trainer.strategy=ddp", "--trainer.accelerator=cpu",
                       "--trainer.devices=2", "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false",
-                      "--trainer.callbacks+=callbacks.EmbeddingUpdate", "--trainer.callbacks.every_n_frames=960",
+                      "--trainer.callbacks+=callbacks.FlexibilityUpdate", "--trainer.callbacks.every_n_frames=960",
                       "--trainer.callbacks+=tests.pipelines.ddp_probe.DDPProbe", f"--trainer.callbacks.out_dir={probe}",
                       f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}", timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]

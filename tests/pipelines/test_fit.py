@@ -20,7 +20,7 @@ REQUIRED_SCALARS = {
     "rollout/episode_return", "rollout/plan_cost_km", "rollout/failure_rate", "rollout/served",
     "train/loss_objective", "train/loss_critic", "train/loss_entropy", "train/entropy", "train/kl_approx",
     "train/clip_fraction", "train/lr", "time/frames", "time/frames_per_s", "eval/episode_return",
-    "embedding/loss", "embedding/accuracy", "embedding/bayes_accuracy", "embedding/share_0",
+    "flexibility/loss", "flexibility/accuracy", "flexibility/bayes_accuracy", "flexibility/share_0",
 }
 
 
@@ -31,7 +31,7 @@ def test_smoke_run_logs_and_checkpoints(smoke_run):
     acc.Reload()
     assert REQUIRED_SCALARS <= set(acc.Tags()["scalars"]), REQUIRED_SCALARS - set(acc.Tags()["scalars"])
     assert "eval/routes" in acc.Tags()["images"]
-    assert "embedding/predicted_type" in acc.Tags()["histograms"]
+    assert "flexibility/predicted_type" in acc.Tags()["histograms"]
     frames = [e.step for e in acc.Scalars("rollout/episode_return")]
     assert frames == sorted(frames) and frames[-1] == 1920, "x-axis = collected frames"
     assert "frames" in smoke_run["stdout"], "progress bar counted in frames"
@@ -40,15 +40,15 @@ def test_smoke_run_logs_and_checkpoints(smoke_run):
     assert ckpt["global_step"] == 16  # 4 batches x 2 epochs x 2 minibatches
 
 
-def test_embedding_updates_at_the_configured_interval_and_in_the_checkpoint(smoke_run):
+def test_flexibility_updates_at_the_configured_interval_and_in_the_checkpoint(smoke_run):
     """The smoke config updates the flexibility model every 960 frames; the checkpoint holds the schedule,
     the outcome store and the pushed weights, which differ from the initial ones."""
     acc = EventAccumulator(smoke_run["events"][0])
     acc.Reload()
-    assert [e.step for e in acc.Scalars("embedding/updates")] == [960, 1920]
-    assert [e.value for e in acc.Scalars("embedding/updates")] == [1.0, 2.0]
+    assert [e.step for e in acc.Scalars("flexibility/updates")] == [960, 1920]
+    assert [e.value for e in acc.Scalars("flexibility/updates")] == [1.0, 2.0]
     ckpt = torch.load(smoke_run["last"], weights_only=True)
-    state = next(v for k, v in ckpt["callbacks"].items() if k.startswith("EmbeddingUpdate"))
+    state = next(v for k, v in ckpt["callbacks"].items() if k.startswith("FlexibilityUpdate"))
     assert state["updates"] == 2 and state["next_frames"] == 2880
     stored = state["store"]["_storage"]["_len"]
     assert 0 < stored <= 1920, stored
@@ -73,7 +73,7 @@ def test_resume_continues_frames_optimizer_and_rng(tmp_path):
     """A run stopped at a checkpoint and resumed with --ckpt_path ends exactly where the uninterrupted
     run ends: same frames, optimiser steps and weights (so the same data, optimiser and RNG state)."""
     common = ["--config", SMOKE, "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false"]
-    checkpointing = ["--trainer.callbacks+=callbacks.EmbeddingUpdate", "--trainer.callbacks.every_n_frames=960",
+    checkpointing = ["--trainer.callbacks+=callbacks.FlexibilityUpdate", "--trainer.callbacks.every_n_frames=960",
                      "--trainer.callbacks.epochs=2",
                      '--trainer.callbacks+=callbacks.ModelCheckpoint',
                      "--trainer.callbacks.every_n_train_steps=4", "--trainer.callbacks.save_top_k=-1",
@@ -92,7 +92,7 @@ def test_resume_continues_frames_optimizer_and_rng(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
     ea, eb = full.datamodule.embedding_model().state_dict(), resumed.datamodule.embedding_model().state_dict()
     assert all(torch.equal(ea[k], eb[k]) for k in ea), "resumed flexibility model differs"
-    store_a, store_b = (next(c for c in run.trainer.callbacks if type(c).__name__ == "EmbeddingUpdate").outcomes()
+    store_a, store_b = (next(c for c in run.trainer.callbacks if type(c).__name__ == "FlexibilityUpdate").outcomes()
                         for run in (full, resumed))
     assert store_a.numel() > 0 and (store_a == store_b).all(), "resumed outcome store differs"
     sa, sb = full.trainer.optimizers[0].state_dict(), resumed.trainer.optimizers[0].state_dict()
@@ -125,11 +125,11 @@ def test_missing_instance_file_is_rejected(tmp_path):
                                       f"--trainer.logger.init_args.save_dir={tmp_path}"), missing)
 
 
-def test_embedding_update_without_a_model_is_rejected(tmp_path):
+def test_flexibility_update_without_a_model_is_rejected(tmp_path):
     env = {"class_path": "envs.dvrp.DVRPConfig", "init_args": {"flexibility": None}}
     _fails_before_training(run_module("pipelines.fit", "--config", SMOKE, "--data.init_args.env", json.dumps(env),
                                       f"--trainer.logger.init_args.save_dir={tmp_path}"),
-                           "EmbeddingUpdate needs an env with an embedding model")
+                           "FlexibilityUpdate needs an env with a flexibility model")
 
 
 def test_missing_oracle_checkpoint_is_rejected(tmp_path):
@@ -203,7 +203,7 @@ def test_tensorboard_holds_the_config_and_reference_charts(smoke_run):
     assert hparams["data.collector.frames_per_batch"].number_value == 480
     layout = layout_pb2.Layout.FromString(events.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0])
     charts = {c.title: list(c.multiline.tag) for category in layout.category for c in category.chart}
-    assert charts["embedding accuracy"] == ["embedding/accuracy", "embedding/bayes_accuracy"]
+    assert charts["flexibility accuracy"] == ["flexibility/accuracy", "flexibility/bayes_accuracy"]
     assert charts["episode return"] == ["rollout/episode_return", "eval/episode_return"]
 
 
@@ -238,7 +238,7 @@ def test_the_large_config_trains_on_days_of_mixed_sizes(tmp_path):
     small = ["--data.init_args.collector.num_envs=6", "--data.init_args.collector.frames_per_batch=600",
              "--data.init_args.total_frames=1200",
              "--model.init_args.mini_batch_size=300", "--trainer.callbacks=[]",
-             "--trainer.callbacks+=callbacks.EmbeddingUpdate", "--trainer.callbacks.every_n_frames=600",
+             "--trainer.callbacks+=callbacks.FlexibilityUpdate", "--trainer.callbacks.every_n_frames=600",
              "--trainer.callbacks+=callbacks.PolicyEvaluation", "--trainer.callbacks.every_n_frames=600",
              "--trainer.callbacks.num_envs=4", "--trainer.callbacks+=callbacks.ModelCheckpoint",
              "--trainer.callbacks.save_last=true", f"--trainer.logger.init_args.save_dir={tmp_path}"]

@@ -124,3 +124,31 @@ def test_dqn_on_the_on_policy_data_module_is_refused(tmp_path, capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert "hands collected batches in minibatches, which DQNModule does not take" in err, err
+
+
+def test_a_renamed_callback_class_stops_a_config_and_is_upgraded_in_a_recorded_one(tmp_path, capsys):
+    """``callbacks.EmbeddingUpdate`` is ``callbacks.FlexibilityUpdate``: a config naming the old class stops with one
+    line naming the new; a recorded config gets the new class path, and a checkpoint's state saved under the old name
+    loads into the new class."""
+    from callbacks import FlexibilityUpdate
+
+    old = {"class_path": "callbacks.EmbeddingUpdate", "init_args": {"every_n_frames": 960}}
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks+": [old]}}))
+    with pytest.raises(SystemExit) as stop:
+        main(["--config", str(REPO / "configs" / "dvrp_smoke.yaml"), "--config", str(tmp_path / "old.yaml"),
+              f"--trainer.default_root_dir={tmp_path}"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "error: trainer.callbacks.class_path='callbacks.EmbeddingUpdate': renamed callbacks.FlexibilityUpdate")
+    recorded = {"trainer": {"callbacks": [{"class_path": "callbacks.embedding.EmbeddingUpdate",
+                                           "init_args": {"every_n_frames": 960}}]}}
+    upgraded, moved = upgrade_config(recorded)
+    assert upgraded["trainer"]["callbacks"][0] == {"class_path": "callbacks.FlexibilityUpdate",
+                                                  "init_args": {"every_n_frames": 960}}
+    assert moved == ["trainer.callbacks.0.class_path callbacks.embedding.EmbeddingUpdate -> "
+                     "callbacks.FlexibilityUpdate"]
+    saved = FlexibilityUpdate(every_n_frames=960)
+    saved.updates, saved.schedule.next_frames = 3, 3840
+    loaded = FlexibilityUpdate(every_n_frames=960)
+    loaded.on_load_checkpoint(None, None, {"callbacks": {"EmbeddingUpdate": saved.state_dict()}})
+    assert (loaded.updates, loaded.schedule.next_frames) == (3, 3840)

@@ -21,10 +21,11 @@ log = logging.getLogger(__name__)
 _STORED = ("attributes", "shift", "accepted", "kind")
 
 
-class EmbeddingUpdate(RLCallback):
+class FlexibilityUpdate(RLCallback):
     """Keep the last ``buffer_size`` offer outcomes in a bounded TorchRL replay buffer (filled from
     every collected batch's ``("next", "outcome")`` where ``offered``) and, every ``every_n_frames``
-    collected frames, train the data module's ``embedding_model()`` for ``epochs`` passes on them
+    collected frames, train the env's learned customer flexibility model (the data module's
+    ``embedding_model()``: the env puts its p(k | x) and embedding in the observation) for ``epochs`` passes on them
     (censored likelihood, :func:`modules.flexibility.fit_outcomes`), then push the new weights into
     the envs with ``datamodule.update_embedding``. Episodes that start afterwards use the new model.
 
@@ -32,12 +33,12 @@ class EmbeddingUpdate(RLCallback):
     rank holds the same model after each update. The checkpoint keeps the schedule and rank 0's store
     (the model's weights are in the data module's state); a resumed run continues both.
 
-    Logged at x = collected frames (rank 0): ``embedding/loss`` (nats per informative outcome, the last
-    pass), ``embedding/accuracy`` (argmax p(k | x) against the true types of the stored customers; the
-    env knows them, for diagnostics only), ``embedding/bayes_accuracy`` (the generator's exact posterior
-    on the same customers, where the env config provides ``type_posterior``), ``embedding/outcomes``,
-    ``embedding/updates``, ``embedding/share_<k>`` (mean predicted p(k)) and the histogram
-    ``embedding/predicted_type`` (argmax type over the stored customers).
+    Logged at x = collected frames (rank 0): ``flexibility/loss`` (nats per informative outcome, the last
+    pass), ``flexibility/accuracy`` (argmax p(k | x) against the true types of the stored customers; the
+    env knows them, for diagnostics only), ``flexibility/bayes_accuracy`` (the generator's exact posterior
+    on the same customers, where the env config provides ``type_posterior``), ``flexibility/outcomes``,
+    ``flexibility/updates``, ``flexibility/share_<k>`` (mean predicted p(k)) and the histogram
+    ``flexibility/predicted_type`` (argmax type over the stored customers).
 
     Args:
         every_n_frames: interval between updates, in collected frames (all ranks).
@@ -49,15 +50,15 @@ class EmbeddingUpdate(RLCallback):
             (``pipelines.fit`` sets it from ``seed_everything``; 0 when built in Python).
 
     Raises:
-        ValueError: a setting below 1, an lr outside (0, 1] (``EmbeddingUpdate.<key>=... is not allowed``), or an
-            env without an embedding model (at fit start).
+        ValueError: a setting below 1, an lr outside (0, 1] (``FlexibilityUpdate.<key>=... is not allowed``), or an
+            env without a flexibility model (at fit start).
     """
 
     def __init__(self, every_n_frames: int = 50_000, epochs: int = 4, batch_size: int = 1024, lr: float = 3e-3,
                  buffer_size: int = 64_000, seed: int | None = None) -> None:
         check_hparams(*((key, value, value >= 1, "an integer >= 1") for key, value in (
             ("every_n_frames", every_n_frames), ("epochs", epochs), ("batch_size", batch_size),
-            ("buffer_size", buffer_size))), ("lr", lr, 0 < lr <= 1, LEARNING_RATE), section="EmbeddingUpdate")
+            ("buffer_size", buffer_size))), ("lr", lr, 0 < lr <= 1, LEARNING_RATE), section="FlexibilityUpdate")
         self.schedule = FrameSchedule(every_n_frames)
         self.epochs = epochs
         self.batch_size = batch_size
@@ -75,6 +76,13 @@ class EmbeddingUpdate(RLCallback):
         self.updates = state_dict["updates"]
         self.store.load_state_dict(state_dict["store"])
 
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        """A checkpoint written while this callback was named ``EmbeddingUpdate`` keeps its state under that name:
+        loaded from there (Lightning looks for this class's own name only)."""
+        states = checkpoint.get("callbacks") or {}
+        if self.state_key not in states and "EmbeddingUpdate" in states:
+            self.load_state_dict(copy.deepcopy(states["EmbeddingUpdate"]))
+
     def outcomes(self) -> TensorDict:
         """The stored outcomes ``[n]`` (oldest first is not guaranteed)."""
         n = len(self.store)
@@ -84,11 +92,11 @@ class EmbeddingUpdate(RLCallback):
     def chart_groups(self) -> dict[str, list[str]]:
         """The Bayes classifier's accuracy (the best any model can reach) beside the model's
         (:mod:`pipelines.tensorboard_layout`)."""
-        return {"embedding accuracy": ["embedding/accuracy", "embedding/bayes_accuracy"]}
+        return {"flexibility accuracy": ["flexibility/accuracy", "flexibility/bayes_accuracy"]}
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if trainer.datamodule is None or trainer.datamodule.embedding_model() is None:
-            raise ValueError("callbacks.EmbeddingUpdate needs an env with an embedding model: set "
+            raise ValueError("callbacks.FlexibilityUpdate needs an env with a flexibility model: set "
                              "data.init_args.env.init_args.flexibility "
                              "(e.g. class_path: modules.flexibility.FlexibilityModel)")
 
@@ -131,9 +139,9 @@ class EmbeddingUpdate(RLCallback):
             trainer.datamodule.update_embedding(state)
             self.updates += 1
         if metrics:
-            metrics["embedding/updates"] = float(self.updates)
+            metrics["flexibility/updates"] = float(self.updates)
             self._log(pl_module, predicted, metrics)
-            log.info("embedding update %d at %d frames: %s", self.updates, pl_module.collected_frames, metrics)
+            log.info("flexibility model update %d at %d frames: %s", self.updates, pl_module.collected_frames, metrics)
         return metrics
 
     def _diagnostics(self, trainer: L.Trainer, model, data: TensorDict,
@@ -141,14 +149,14 @@ class EmbeddingUpdate(RLCallback):
         """The logged metrics and the predicted (argmax) type of every stored customer."""
         with torch.no_grad():
             probs = model(data["attributes"])[0].exp()
-        metrics = {"embedding/loss": loss, "embedding/outcomes": float(data.numel()),
-                   "embedding/accuracy": (probs.argmax(-1) == data["kind"]).float().mean().item()}
+        metrics = {"flexibility/loss": loss, "flexibility/outcomes": float(data.numel()),
+                   "flexibility/accuracy": (probs.argmax(-1) == data["kind"]).float().mean().item()}
         posterior = getattr(trainer.datamodule.env_config, "type_posterior", None)
         if posterior is not None:
             bayes = posterior(data["attributes"]).argmax(-1)
-            metrics["embedding/bayes_accuracy"] = (bayes == data["kind"]).float().mean().item()
+            metrics["flexibility/bayes_accuracy"] = (bayes == data["kind"]).float().mean().item()
         for k, share in enumerate(probs.mean(0).tolist()):
-            metrics[f"embedding/share_{k}"] = share
+            metrics[f"flexibility/share_{k}"] = share
         return metrics, probs.argmax(-1)
 
     def _log(self, pl_module: L.LightningModule, predicted: torch.Tensor, metrics: dict[str, float]) -> None:
@@ -156,4 +164,4 @@ class EmbeddingUpdate(RLCallback):
         for logger in pl_module.loggers:
             logger.log_metrics(metrics, step=frames)
             if hasattr(logger.experiment, "add_histogram"):
-                logger.experiment.add_histogram("embedding/predicted_type", predicted, frames)
+                logger.experiment.add_histogram("flexibility/predicted_type", predicted, frames)
