@@ -13,8 +13,9 @@ class NonFiniteGuard(L.Callback):
 
     Every update whose loss or gradient norm is not finite is skipped by the module
     (``modules.base.RLModule.optimizer_update``), counted, and logged as ``train/nonfinite_updates``. This callback
-    reads the count of consecutive ones once per training step. ``pipelines.fit`` adds it with the default
-    when a config does not list it; list it to set ``max_consecutive``.
+    reads the count of consecutive ones once per training step. Every run has one: it is in
+    ``configs/defaults.yaml``, and ``pipelines.fit`` adds one with the default to a callback list without it; list it
+    to set ``max_consecutive``.
 
     Args:
         max_consecutive: non-finite updates in a row that stop the run (>= 1).
