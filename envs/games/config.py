@@ -146,8 +146,8 @@ class GameConfig(EnvConfig):
 
     stable-retro games run one emulator per process: a retro env of one row steps in this process (the rollout
     workers' case, ``data.collector.workers = data.collector.num_envs``), one of several rows (or a second env in a
-    process that has
-    one) runs each emulator in its own process (gymnasium ``AsyncVectorEnv``). ALE games step in this process.
+    process that has one) runs each emulator in its own process (gymnasium ``AsyncVectorEnv``). ALE games step in
+    this process.
 
     Args:
         game: ``ALE/<Name>-v5`` (ale-py ships the ROMs, e.g. ``ALE/Pong-v5``) or a stable-retro game
@@ -207,8 +207,6 @@ class GameConfig(EnvConfig):
         require(self.backend == "emulators" or emulators.is_ale(self.game), "backend", self.backend,
                 f"ale_vector plays ALE games only (env.game={self.game!r})")
         require(self.ale_threads >= 0, "ale_threads", self.ale_threads, "an integer >= 0 (0: one per core)")
-        require(self.actions is None or not emulators.is_ale(self.game), "actions", self.actions,
-                "null (env.actions is for stable-retro games only: ALE games play their minimal action set)")
         emulators.check_game(self.game)
         self.ale_threads = int(self.ale_threads)
         self.frame_skip, self.noop_max, self.sticky_actions = (int(self.frame_skip), int(self.noop_max),

@@ -15,15 +15,9 @@ from envs import EnvConfig, EnvSpecs, make_env, unwrap
 from pipelines.checkpoints import attach_env_models
 from pipelines.data.collectors import WorkerCollector, local_collector
 from pipelines.data.env_control import EnvControl, TrainingEnvCalls, resolve
-from pipelines.data.options import CollectorOptions
+from pipelines.data.options import CollectorOptions, require
 from pipelines.data.ray_collector import RayWorkerCollector
 from pipelines.data.stream import FrameStream
-
-
-def check(ok: bool, message: str) -> None:
-    """Raise ``ValueError(message)`` unless ``ok`` (checks of the ``data`` section's keys)."""
-    if not ok:
-        raise ValueError(message)
 
 
 class RLDataModule(FrameStream, L.LightningDataModule):
@@ -46,7 +40,7 @@ class RLDataModule(FrameStream, L.LightningDataModule):
 
     def __init__(self, env: EnvConfig, total_frames: int, seed: int | None, device: str | None) -> None:
         super().__init__()
-        check(total_frames >= 1, f"data.total_frames must be >= 1, got {total_frames}")
+        require(total_frames >= 1, f"data.total_frames must be >= 1, got {total_frames}")
         attach_env_models(env)
         self.env_config = env
         self.total_frames = int(total_frames)  # plain ints: jsonargparse types would reach the checkpoint
@@ -138,7 +132,7 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         Raises:
             ValueError: ``cudagraph_policy`` on a device other than CUDA.
         """
-        check(not self.collector_options.cudagraph_policy or torch.device(device).type == "cuda",
+        require(not self.collector_options.cudagraph_policy or torch.device(device).type == "cuda",
               f"data.collector.cudagraph_policy=true needs a CUDA device (--trainer.accelerator=gpu), got {device}")
 
     def setup(self, stage: str) -> None:

@@ -14,8 +14,8 @@ from tensordict import TensorDict
 from torchrl.data import TensorDictReplayBuffer
 
 from envs import EnvConfig
-from pipelines.data.base import EnvDataModule, check
-from pipelines.data.options import CollectorOptions, ReplayOptions
+from pipelines.data.base import EnvDataModule
+from pipelines.data.options import CollectorOptions, ReplayOptions, require
 from pipelines.data.replay import load_pending_steps, make_replay_buffer, pending_steps, store, update_priorities
 
 log = logging.getLogger(__name__)
@@ -64,11 +64,11 @@ class OffPolicyDataModule(EnvDataModule):
                  replay_buffer: ReplayOptions = ReplayOptions(), total_frames: PositiveInt = 100_000,
                  seed: int | None = None, device: str | None = None) -> None:
         super().__init__(env=env, collector=collector, total_frames=total_frames, seed=seed, device=device)
-        check(collector.mode != "async" or collector.workers == 1,
+        require(collector.mode != "async" or collector.workers == 1,
               f"data.collector.mode=async needs data.collector.workers=1 here, got {collector.workers}: the replay "
               "buffer stores every env row's steps in order, and with several workers an asynchronous batch holds "
               "one worker's rows (use workers: 1, or mode: sync or ray)")
-        check(replay_buffer.buffer_size >= collector.num_envs,
+        require(replay_buffer.buffer_size >= collector.num_envs,
               f"data.replay_buffer.buffer_size={replay_buffer.buffer_size} must be >= data.collector.num_envs="
               f"{collector.num_envs}")
         self.replay_options = replay_buffer
@@ -84,14 +84,14 @@ class OffPolicyDataModule(EnvDataModule):
         super().setup(stage)
         if self.buffer is None:
             options, rows = self.replay_options, self.num_envs * (self.num_agents or 1)
-            check(options.buffer_size >= rows, f"data.replay_buffer.buffer_size={options.buffer_size} must be >= "
+            require(options.buffer_size >= rows, f"data.replay_buffer.buffer_size={options.buffer_size} must be >= "
                                                f"data.collector.num_envs * env.num_agents = {rows} (one row per env "
                                                "and agent)")
             module = self.trainer.lightning_module if self.trainer is not None else None
             transform = module.replay_transform() if module is not None else None
             steps, n_steps = self.frames_per_batch // self.num_envs, getattr(transform, "n_steps", 0)
             # the n-step transform holds n steps back; TorchRL 0.14's 2-D storage fails on 1-step slices
-            check(steps - n_steps >= 2, f"data.collector.frames_per_batch / data.collector.num_envs = {steps} steps "
+            require(steps - n_steps >= 2, f"data.collector.frames_per_batch / data.collector.num_envs = {steps} steps "
                                        f"per env must be >= model.n_steps + 2 = {n_steps + 2} (the buffer's n-step "
                                        "transform holds n steps back and TorchRL's 2-D storage needs slices of >= 2 "
                                        "steps)")

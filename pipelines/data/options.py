@@ -16,7 +16,8 @@ INSTALL_RAY = "pip install -e .[ray]"
 
 
 def require(ok: bool, message: str) -> None:
-    """Raise ``ValueError(message)`` unless ``ok`` (the options' checks; the message names the key)."""
+    """Raise ``ValueError(message)`` unless ``ok`` (the checks of the ``data`` section's keys: the options' and the
+    data modules'; the message names the key)."""
     if not ok:
         raise ValueError(message)
 
