@@ -89,19 +89,21 @@ def main(argv: list[str] | None = None) -> dict:
         if overrides is None:
             print(f"{days}: no files under {args.data_dir}, skipped")
             continue
-        policies = {}  # label -> (env config, policy factory)
+        policies = {}  # label -> (env config, the run's learned env models, policy factory)
         for path in args.ckpt_path:
             model, data = load_run(None, path, overrides)
-            policies[run_name(path)] = (data.env_config, lambda env, model=model: model.collector_policy)
+            policies[run_name(path)] = (data.env_config, data.env_models,
+                                        lambda env, model=model: model.collector_policy)
         config = data.env_config
         baselines = config.baseline_policies()
-        policies.update({p: (config, lambda env, make=baselines[p]: make(env, args.seed)) for p in args.policies})
+        policies.update({p: (config, data.env_models, lambda env, make=baselines[p]: make(env, args.seed))
+                         for p in args.policies})
         results, seconds, first = {}, {}, next(iter(policies))
-        for label, (env_config, make_policy) in policies.items():
+        for label, (env_config, models, make_policy) in policies.items():
             torch.manual_seed(args.seed)
             started = time.perf_counter()
             results[label] = play(env_config, make_policy, args.episodes, min(args.num_envs, args.episodes),
-                                  args.seed, keep_plans=label == first)
+                                  args.seed, keep_plans=label == first, models=models)
             seconds[label] = (time.perf_counter() - started) / args.episodes
         started = time.perf_counter()
         limit = args.hindsight_seconds_per_customer * config.num_customers

@@ -100,7 +100,7 @@ def collect(workers: int, seconds: float) -> dict:
     probe = make_env(config, 1, 0)
     module.build_on(EnvSpecs.of(probe))
     probe.close()
-    collector = WorkerCollector(config, workers, workers, 0, module.collector_policy,
+    collector = WorkerCollector(config, {}, workers, workers, 0, module.collector_policy,
                                 frames_per_batch=STEPS_PER_WORKER * workers, timeout_s=600.0)
     try:
         iterator = iter(collector)

@@ -191,7 +191,7 @@ def env_only(config: str, num_envs: int, device: str, steps: int, extra: list[st
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                  save_config_callback=None, auto_configure_optimizers=False,
                  args=["--config", config, "--trainer.logger=false", "--trainer.accelerator=cpu", *extra])
-    env = make_env(cli.datamodule.env_config, num_envs, 0, device)
+    env = make_env(cli.datamodule.env_config, num_envs, 0, device, cli.datamodule.env_models)
     td = env.reset()
 
     def sync():

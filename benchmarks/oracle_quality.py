@@ -184,7 +184,7 @@ def main() -> None:
     torch.set_num_threads(args.num_threads)
     generated = DVRPConfig()
     policy, trained_for = load_exported_model(args.checkpoint, "routing_policy")
-    generated.attach_model("routing_policy", policy, trained_for)  # checks num_customers
+    generated.check_model("routing_policy", policy, trained_for)  # checks num_customers
     result: dict = {"checkpoint": args.checkpoint, "policy": args.policy, "families": {}}
     with torch.no_grad():
         result["families"]["generated"] = family_quality("generated", generated, policy, args)

@@ -24,10 +24,10 @@ _STORED = ("attributes", "shift", "accepted", "kind")
 class FlexibilityUpdate(RLCallback):
     """Keep the last ``buffer_size`` offer outcomes in a bounded TorchRL replay buffer (filled from
     every collected batch's ``("next", "outcome")`` where ``offered``) and, every ``every_n_frames``
-    collected frames, train the env's learned customer flexibility model (the data module's
-    ``embedding_model()``: the env puts its p(k | x) and embedding in the observation) for ``epochs`` passes on them
+    collected frames, train the env's learned customer flexibility model (the run's, ``datamodule.env_models
+    ["flexibility"]``: the env puts its p(k | x) and embedding in the observation) for ``epochs`` passes on them
     (censored likelihood, :func:`modules.flexibility.fit_outcomes`), then push the new weights into
-    the envs with ``datamodule.update_embedding``. Episodes that start afterwards use the new model.
+    the envs with ``datamodule.load_env_model``. Episodes that start afterwards use the new model.
 
     Under DDP every rank's outcomes are gathered, rank 0 trains and broadcasts the weights, so every
     rank holds the same model after each update. The checkpoint keeps the schedule and rank 0's store
@@ -95,7 +95,7 @@ class FlexibilityUpdate(RLCallback):
         return {"flexibility accuracy": ["flexibility/accuracy", "flexibility/bayes_accuracy"]}
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if trainer.datamodule is None or trainer.datamodule.embedding_model() is None:
+        if "flexibility" not in getattr(trainer.datamodule, "env_models", {}):
             raise ValueError("callbacks.FlexibilityUpdate needs an env with a flexibility model: set "
                              "data.init_args.env.init_args.flexibility "
                              "(e.g. class_path: modules.flexibility.FlexibilityModel)")
@@ -126,7 +126,7 @@ class FlexibilityUpdate(RLCallback):
         """Gather, train on rank 0, broadcast and push; every rank must call it at the same point.
         Returns the logged metrics (rank 0; empty elsewhere)."""
         data = self._gathered()
-        model = trainer.datamodule.embedding_model()
+        model = trainer.datamodule.env_models["flexibility"]
         state, metrics, predicted = None, {}, None
         if trainer.is_global_zero and data.numel():
             trained = copy.deepcopy(model).cpu()
@@ -136,7 +136,7 @@ class FlexibilityUpdate(RLCallback):
             metrics, predicted = self._diagnostics(trainer, trained, data, loss)
         state = trainer.strategy.broadcast(state, src=0)
         if state is not None:
-            trainer.datamodule.update_embedding(state)
+            trainer.datamodule.load_env_model("flexibility", state)
             self.updates += 1
         if metrics:
             metrics["flexibility/updates"] = float(self.updates)

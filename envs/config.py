@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -26,9 +26,12 @@ class EnvConfig(ABC):
     """A problem's parameters. Subclasses are plain classes whose ``__init__`` arguments are the config
     keys (validated there, so a bad value stops before any work), and build the env in :meth:`make`.
 
+    A config holds parameters only. The learned models an env needs (DVRP's flexibility model, trained beside the
+    policy; its neural oracle's routing policy, read from a checkpoint) are built or read by the pipeline that builds
+    the run (:meth:`new_models`, :meth:`model_checkpoints`) and handed to :meth:`make`, so every env of a run, in
+    this process or a worker's, uses the run's one set of weights.
+
     Attributes:
-        embedding_model: a learned model the env's observations depend on (shared by every env built
-            from this config, retrained by ``callbacks.FlexibilityUpdate``), or None.
         num_agents: R for a multi-agent env, whose per-agent entries (observation, action, reward,
             action mask, ...) carry an agent dim of size R right after the batch dims, while the done
             flags (``[*B, 1]``) are shared by the agents; None for a single-agent env.
@@ -41,21 +44,32 @@ class EnvConfig(ABC):
             so, as a greedy policy can repeat one move for ever).
     """
 
-    embedding_model: nn.Module | None = None
     num_agents: int | None = None
     evaluation_settings: dict[str, dict] = {}
     outcome_keys: tuple[str, ...] = ()
     stochastic_evaluation: bool = False
 
-    def model_checkpoints(self) -> dict[str, str]:
-        """Learned models this env needs from checkpoint files, ``{name: path}``. The pipeline that builds
-        the run reads each file (envs never load checkpoints) and hands the model over with
-        :meth:`attach_model`, before any env is made. Default: none."""
+    def new_models(self) -> dict[str, nn.Module]:
+        """The learned models the env's observations depend on that a run trains beside its policy, freshly built
+        from the config's parameters: ``{name: model}`` (DVRP: ``flexibility``, retrained by
+        ``callbacks.FlexibilityUpdate``). The pipeline builds them once per run and hands them to :meth:`make`; the
+        env holds each as its attribute ``name``, and the data module keeps their weights in its checkpoint state.
+        Default: none.
+
+        Raises:
+            ValueError: a model that does not fit the env (the message names the key).
+        """
         return {}
 
-    def attach_model(self, name: str, model: nn.Module, trained_for: dict) -> None:
-        """Take the model ``name`` of :meth:`model_checkpoints`, with its checkpoint's record of what it was
-        trained for (e.g. ``num_customers``), which the config checks.
+    def model_checkpoints(self) -> dict[str, str]:
+        """Learned models this env needs from checkpoint files, ``{name: path}``. The pipeline that builds
+        the run reads each file (envs never load checkpoints), checks it with :meth:`check_model` and hands it
+        to :meth:`make` with the others. Default: none."""
+        return {}
+
+    def check_model(self, name: str, model: nn.Module, trained_for: dict) -> None:
+        """Check the model ``name`` of :meth:`model_checkpoints` against its checkpoint's record of what it was
+        trained for (e.g. ``num_customers``).
 
         Raises:
             ValueError: this env needs no model of that name (or, in a subclass, one trained for another problem).
@@ -85,5 +99,31 @@ class EnvConfig(ABC):
         return None
 
     @abstractmethod
-    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
-        """Build the env with ``batch_size=[num_envs]``; row ``b`` is seeded ``seed + b``."""
+    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu",
+             models: Mapping[str, nn.Module] | None = None) -> EnvBase:
+        """Build the env with ``batch_size=[num_envs]``; row ``b`` is seeded ``seed + b``. ``models``: the run's
+        learned models, ``{name: model}`` of :meth:`new_models` and :meth:`model_checkpoints` (shared, not copied).
+
+        Raises:
+            ValueError: a model the env needs is missing from ``models``, or one it does not take is there.
+        """
+
+    def check_models(self, models: Mapping[str, nn.Module] | None) -> dict[str, nn.Module]:
+        """``models`` as a dict, checked against the names this config needs (:meth:`model_names`); every
+        :meth:`make` calls it.
+
+        Raises:
+            ValueError: a missing or an unexpected name (the message names both sets).
+        """
+        models = dict(models or {})
+        needed = set(self.model_names())
+        if set(models) != needed:
+            raise ValueError(f"{type(self).__name__}.make needs the run's learned models {sorted(needed)} "
+                             f"(built by new_models() and read by model_checkpoints(): "
+                             f"pipelines.checkpoints.env_models), got {sorted(models)}")
+        return models
+
+    def model_names(self) -> tuple[str, ...]:
+        """The names of the learned models :meth:`make` takes (those of :meth:`new_models` and
+        :meth:`model_checkpoints`), without building or reading any. Default: none."""
+        return ()

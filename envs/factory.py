@@ -3,10 +3,12 @@ of an env before it acts in it (:class:`EnvSpecs`)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 from tensordict import TensorDict
+from torch import nn
 from torchrl.data import Binary, Bounded, Categorical, MultiCategorical, MultiOneHot, OneHot, TensorSpec
 from torchrl.envs import ActionMask, Compose, EnvBase, RewardSum, TransformedEnv
 
@@ -14,8 +16,10 @@ from envs.config import EnvConfig
 from envs.spec_record import spec_from_record, spec_record
 
 
-def make_env(config: EnvConfig, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
-    """Build ``config``'s env with ``num_envs`` rows seeded ``seed, seed + 1, ...`` plus the standard
+def make_env(config: EnvConfig, num_envs: int, seed: int, device: torch.device | str = "cpu",
+             models: Mapping[str, nn.Module] | None = None) -> EnvBase:
+    """Build ``config``'s env with ``num_envs`` rows seeded ``seed, seed + 1, ...``, the run's learned ``models``
+    (``{name: model}``, see ``EnvConfig.new_models``; shared, not copied) and the standard
     transforms: ``RewardSum`` (``episode_reward``, the undiscounted return of the running episode) unless the
     env writes ``episode_reward`` itself (``envs.gym.GymVectorEnv``, the native envs of
     :class:`envs.seeding.RowSeededEnv`) and, where the env emits ``action_mask`` and its own ``rand_action`` does
@@ -25,11 +29,11 @@ def make_env(config: EnvConfig, num_envs: int, seed: int, device: torch.device |
     either way.
 
     Raises:
-        ValueError: ``num_envs < 1``.
+        ValueError: ``num_envs < 1``; ``models`` other than those the config names (``EnvConfig.check_models``).
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    base = config.make(num_envs=num_envs, seed=seed, device=device)
+    base = config.make(num_envs=num_envs, seed=seed, device=device, models=models)
     transforms = [] if "episode_reward" in base.observation_spec.keys() else [RewardSum()]
     if "action_mask" in base.observation_spec.keys() and type(base).rand_action is EnvBase.rand_action:
         transforms.append(ActionMask())

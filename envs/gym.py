@@ -135,7 +135,9 @@ class GymConfig(EnvConfig):
         except gym.error.Error as err:  # NameNotFound, VersionNotFound, ... (with gymnasium's "did you mean")
             raise ValueError(f"env.env_id={self.env_id!r}: {err}") from None
 
-    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
+    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu",
+             models: dict | None = None) -> EnvBase:
+        self.check_models(models)  # none
         if self.backend == "vector":
             env = GymVectorEnv(self.env_id, num_envs, device, self.render_mode)
         else:

@@ -103,7 +103,9 @@ class VacuumConfig(EnvConfig):
         """F, the width of ``observation``: 3 R + 7 + n^2 + 2 K for K chargers (46 for the defaults)."""
         return 3 * self.num_robots + 7 + self.num_cells + 2 * len(self.chargers)
 
-    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> VacuumEnv:
+    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu",
+             models: dict | None = None) -> VacuumEnv:
+        self.check_models(models)  # none
         return VacuumEnv(self, num_envs=num_envs, seed=seed, device=device)
 
 

@@ -1,7 +1,7 @@
 """Checkpoint files: writing them atomically (:class:`AtomicCheckpointIO`), checking one before a resume, and
-reading the learned models an env needs (``EnvConfig.model_checkpoints``, e.g. the DVRP
-neural oracle's routing policy), and a trained run for evaluation. Envs never read checkpoints; they take the
-models they are handed (``EnvConfig.attach_model``)."""
+building the learned models a run's env needs (:func:`env_models`: new ones, e.g. the DVRP flexibility model, and
+ones read from files, e.g. its neural oracle's routing policy), and a trained run for evaluation. Envs never read
+checkpoints; they take the models they are handed (``EnvConfig.make(..., models=...)``)."""
 
 from __future__ import annotations
 
@@ -144,9 +144,9 @@ def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...]
     """Check, before anything is built or written, that ``path`` is a training checkpoint of this config's kind:
     it exists, reads as tensors and plain data (``weights_only``), is a Lightning checkpoint, and was trained
     with the config's model class, networks, data module class and env (as the checkpoint's record of its config,
-    ``checkpoint[CONFIG_KEY]``, says; checkpoints without that record are checked by the model class in
-    ``hyper_parameters`` and the data module entry). Other keys (learning rate, ``total_frames``, callbacks...)
-    may change on resume.
+    ``checkpoint[CONFIG_KEY]``, says, with renamed keys in their new places; checkpoints without that record are
+    checked by the model class in ``hyper_parameters`` and the data module entry). Other keys (learning rate,
+    ``total_frames``, callbacks...) may change on resume.
 
     Args:
         path: the ``--ckpt_path`` file. config: the resolved config as plain data (``model``, ``data``, ...).
@@ -167,6 +167,7 @@ def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...]
     model_class, data_class = config["model"]["class_path"], config["data"]["class_path"]
     trained = checkpoint.get(CONFIG_KEY)
     if isinstance(trained, dict):
+        trained = upgrade_config(trained)[0]  # recorded before a key was renamed or moved: compared in its new place
         for entry in keys:
             differences = settings_diff(_get(trained, entry), _get(config, entry), ".".join(entry))
             if differences:
@@ -257,13 +258,19 @@ def _get(tree: object, keys: tuple[str, ...]) -> object:
     return tree
 
 
-def attach_env_models(config: EnvConfig) -> None:
-    """Load every model ``config`` needs from a checkpoint (``config.model_checkpoints()``) and hand it over
-    (``config.attach_model``), which checks what it was trained for.
+def env_models(config: EnvConfig) -> dict[str, nn.Module]:
+    """The learned models of a run's env, ``{name: model}``: those it trains beside the policy, freshly built
+    (``config.new_models()``), and those read from checkpoint files (``config.model_checkpoints()``), each checked
+    against what it was trained for (``config.check_model``). Every env of the run is handed these
+    (``envs.make_env(..., models=...)``).
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`load_exported_model` and the config's ``attach_model``.
+        FileNotFoundError, ValueError: as :func:`load_exported_model`, the config's ``new_models`` and
+            ``check_model``.
     """
+    models = config.new_models()
     for name, path in config.model_checkpoints().items():
         model, trained_for = load_exported_model(path, name)
-        config.attach_model(name, model, trained_for)
+        config.check_model(name, model, trained_for)
+        models[name] = model
+    return models

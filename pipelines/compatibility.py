@@ -54,7 +54,7 @@ def probe_specs(data: RLDataModule) -> EnvSpecs:
         ValueError: the env's config rejects the build (the env's own message).
     """
     with random_states_kept():
-        env = make_env(data.env_config, 1, data.seed)
+        env = make_env(data.env_config, 1, data.seed, models=data.env_models)
         try:
             return EnvSpecs.of(env, data.num_agents, env_name(data.env_config))
         finally:

@@ -58,12 +58,17 @@ from envs import EnvConfig  # noqa: E402
 from envs.video import FORMATS  # noqa: E402
 from modules.base import RLModule  # noqa: E402
 from pipelines.console import rounded  # noqa: E402
+from pipelines.data import RLDataModule  # noqa: E402
 from pipelines.export import resolve_device  # noqa: E402
 from pipelines.parser import config_exit  # noqa: E402
 from pipelines.play import play, record_video  # noqa: E402
 from pipelines.results_table import HINDSIGHT, hindsight_gap, print_table, pyvrp_gaps, summary  # noqa: E402
 from pipelines.run_config import FIT_KEYS, CommandParser, parse_with_fit_keys  # noqa: E402
 from pipelines.trained_run import load_run, run_name  # noqa: E402
+
+# what plays one table row: the env config, the run's learned env models (``RLDataModule.env_models``), and the
+# policy factory (env -> policy)
+Policy = tuple[EnvConfig, dict, Callable]
 
 
 def _parser() -> CommandParser:
@@ -128,11 +133,12 @@ def _checked_device(parser: CommandParser, args: argparse.Namespace) -> torch.de
         config_exit(err)
 
 
-def build_policies(parser: CommandParser, args: argparse.Namespace, model: RLModule, config: EnvConfig, name: str,
-                   overrides: list[str], device: torch.device) -> tuple[dict[str, tuple[EnvConfig, Callable]], bool]:
-    """The policies to play, ``label -> (the env config it plays on, with its own learned env model; its policy
+def build_policies(parser: CommandParser, args: argparse.Namespace, model: RLModule, data: RLDataModule, name: str,
+                   overrides: list[str], device: torch.device) -> tuple[dict[str, Policy], bool]:
+    """The policies to play, ``label -> (the env config it plays on, that run's learned env models, its policy
     factory)``: the trained one (``name``), the ``--compare_ckpt`` run's and the env's chosen reference policies;
     and whether the hindsight oracle is chosen too."""
+    config, models = data.env_config, data.env_models
     baselines = config.baseline_policies()
     offline = [HINDSIGHT] if type(config).hindsight is not EnvConfig.hindsight else []
     chosen = [*baselines, *offline] if args.policies is None else args.policies
@@ -141,26 +147,27 @@ def build_policies(parser: CommandParser, args: argparse.Namespace, model: RLMod
         parser.error(f"unknown --policies {unknown}; this env's: {', '.join([*baselines, *offline])}")
     with_hindsight = HINDSIGHT in chosen
     chosen = [p for p in chosen if p != HINDSIGHT]
-    policies = {name: (config, lambda env: model.collector_policy)}
+    policies = {name: (config, models, lambda env: model.collector_policy)}
     if args.compare_ckpt is not None:
         other, other_data = load_run(args.compare_config, args.compare_ckpt, overrides, str(device))
         stem = (os.path.splitext(os.path.basename(args.compare_config[-1]))[0] if args.compare_config
                 else run_name(args.compare_ckpt))
-        policies[f"{name}[{stem}]"] = (other_data.env_config, lambda env: other.collector_policy)
-    policies.update({p: (config, lambda env, make=baselines[p]: make(env, args.seed)) for p in chosen})
+        policies[f"{name}[{stem}]"] = (other_data.env_config, other_data.env_models, lambda env: other.collector_policy)
+    policies.update({p: (config, models, lambda env, make=baselines[p]: make(env, args.seed)) for p in chosen})
     return policies, with_hindsight
 
 
-def play_setting(args: argparse.Namespace, policies: dict[str, tuple[EnvConfig, Callable]], config: EnvConfig,
+def play_setting(args: argparse.Namespace, policies: dict[str, Policy], config: EnvConfig,
                  name: str, values: dict | None, with_hindsight: bool, device: torch.device) -> dict[str, dict]:
     """Every policy's results on the same episodes under one setting's ``values``, and the hindsight oracle's on
     the days the trained policy played (``HINDSIGHT``, when chosen)."""
     num_envs = min(args.num_envs, args.episodes)
     results = {}
-    for label, (env_config, make_policy) in policies.items():
+    for label, (env_config, models, make_policy) in policies.items():
         torch.manual_seed(args.seed)  # a policy drawing from the global generator: the same draws every time
         keep = (args.pyvrp_episodes > 0 or (label == name and (args.routes_out is not None or with_hindsight)))
-        results[label] = play(env_config, make_policy, args.episodes, num_envs, args.seed, values, keep, device)
+        results[label] = play(env_config, make_policy, args.episodes, num_envs, args.seed, values, keep, device,
+                              models)
     if with_hindsight:  # every policy plays the same days: the trained policy's export has them
         started = time.perf_counter()
         results[HINDSIGHT] = config.hindsight(results[name]["days"], args.hindsight_seconds, args.hindsight_workers)
@@ -201,13 +208,13 @@ def write_routes(path: str, name: str, plans: list[dict]) -> None:
     print(f"routes of {len(plans)} episodes written to {path}")
 
 
-def write_video_of(args: argparse.Namespace, config: EnvConfig, make_policy: Callable, settings: dict | None,
-                   device: torch.device) -> str | None:
+def write_video_of(args: argparse.Namespace, policy: Policy, settings: dict | None, device: torch.device) -> str | None:
     """One episode of the trained policy as ``--video`` (the first setting); the error line when it cannot be
     written (a full disk, a folder it cannot write: the tables still stand), else None."""
     values = next(iter(settings.values())) if settings else None
     try:
-        count = record_video(config, make_policy, args.video, args.seed, values, args.video_fps, device)
+        config, models, make_policy = policy
+        count = record_video(config, make_policy, args.video, args.seed, values, args.video_fps, device, models)
         print(f"video of one episode ({count} frames) written to {args.video}")
     except OSError as err:
         return f"error: cannot write the video {err.filename or args.video}: {err.strerror or err}"
@@ -231,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict:
         overrides = ["--data.init_args.env", json.dumps(env), *overrides]
     model, data = load_run(args.config, args.ckpt_path, overrides, str(device))
     config, name = data.env_config, type(model).__name__.removesuffix("Module").lower()
-    policies, with_hindsight = build_policies(parser, args, model, config, name, overrides, device)
+    policies, with_hindsight = build_policies(parser, args, model, data, name, overrides, device)
     settings = config.evaluation_settings if args.settings is None else args.settings
     table = {}
     for setting, values in (settings or {None: None}).items():
@@ -241,7 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
             table[label] = row if setting is None else {**table.get(label, {}), setting: row}
         if args.routes_out and setting is None:
             write_routes(args.routes_out, name, results[name]["plans"])
-    failed = write_video_of(args, config, policies[name][1], settings, device) if args.video is not None else None
+    failed = write_video_of(args, policies[name], settings, device) if args.video is not None else None
     table = rounded(table)
     print(json.dumps(table))
     sys.stdout.flush()

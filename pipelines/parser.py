@@ -23,7 +23,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser
 
 from pipelines.compat import debug_mode_active
-from pipelines.renamed import new_place, renamed_class, renamed_key, retyped_key
+from pipelines.renamed import given_key, new_place, renamed_class, renamed_key, retyped_key
 
 PACKAGES = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), p) + os.sep
                  for p in ("pipelines", "modules", "envs", "callbacks"))  # the project's own code
@@ -31,6 +31,7 @@ PACKAGES = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__
 _PARSER_KEY = re.compile(r'^(?:- )?Parser key "([^"]+)":$')
 _CLASS_PATH = re.compile(r"^(?:- )?Problem with given class_path '([^']+)':$")
 _NOT_ACCEPTED = re.compile(r"^Option '([^']+)' is not accepted$")
+_CALLABLE_OPTION = re.compile(r"^Type .* expects a function or a callable class: Option '([^']+)' is not accepted")
 _UNRECOGNIZED = re.compile(r"^unrecognized arguments: (.+)$")
 _STRUCTURE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value type:",
               "Given value:")
@@ -82,6 +83,10 @@ def one_line(message: str, options: list[str] = ()) -> str | None:
             leaf = line.removeprefix("- ").split(" Add the import path to import_path_allowlist")[0]
             if leaf.startswith(_ALTERNATIVES):
                 continue
+            given = _CALLABLE_OPTION.match(leaf)
+            if given and class_path and path and given_key(class_path, path[-1], given.group(1)):
+                return (f"{'.'.join([*path, 'init_args', given.group(1)])}: given by the env now "
+                        f"({given_key(class_path, path[-1], given.group(1))}); remove it")
             option = _NOT_ACCEPTED.match(leaf)
             if option and class_path and renamed_key(class_path, option.group(1)):
                 new = renamed_key(class_path, option.group(1))

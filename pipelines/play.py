@@ -14,7 +14,8 @@ from envs.video import record_episode, write_video
 
 
 def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int, seed: int,
-         settings: dict | None = None, keep_plans: bool = False, device: str | torch.device = "cpu") -> dict:
+         settings: dict | None = None, keep_plans: bool = False, device: str | torch.device = "cpu",
+         models: dict | None = None) -> dict:
     """Play ``episodes`` episodes of ``config``'s env (``num_envs`` rows seeded ``seed, seed + 1, ...``, the
     first ``ceil(episodes / num_envs)`` episodes of each) with the policy ``make_policy(env)``, deterministically
     (sampled for an env config with ``stochastic_evaluation``: games).
@@ -24,6 +25,8 @@ def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int,
         keep_plans: also keep each episode's exported plan (the env's ``export_episodes``) under ``plans``, and
             its whole day (``export_days``, where the env has it: the hindsight oracle's input) under ``days``.
         device: where the env steps (the policy must be there too).
+        models: the run's learned env models (``RLDataModule.env_models``; ``EnvConfig.new_models``), if the env
+            takes any.
 
     Returns:
         :func:`envs.episodes.play_episodes`'s per-episode results ``[episodes]`` (float64), plus ``plans``.
@@ -31,7 +34,7 @@ def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int,
     Raises:
         ValueError: ``settings`` the env rejects, or ``keep_plans`` for an env that exports no plans.
     """
-    env = _env(config, num_envs, seed, settings, device)
+    env = _env(config, num_envs, seed, settings, device, models)
     base = unwrap(env)
     if keep_plans and not hasattr(base, "export_episodes"):
         raise ValueError(f"--routes_out / --pyvrp_episodes need an env that exports its plans, "
@@ -57,13 +60,15 @@ def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int,
     return out
 
 
-def _env(config: EnvConfig, num_envs: int, seed: int, settings: dict | None, device: str | torch.device = "cpu"):
-    """``config``'s env on ``device`` with runtime ``settings`` applied (``configure``).
+def _env(config: EnvConfig, num_envs: int, seed: int, settings: dict | None, device: str | torch.device = "cpu",
+         models: dict | None = None):
+    """``config``'s env on ``device``, with the run's learned ``models``, with runtime ``settings`` applied
+    (``configure``).
 
     Raises:
         ValueError: ``settings`` for an env without ``configure``, or ones it rejects.
     """
-    env = make_env(config, num_envs, seed, device)
+    env = make_env(config, num_envs, seed, device, models)
     if settings:
         base = unwrap(env)
         if not hasattr(base, "configure"):
@@ -73,7 +78,7 @@ def _env(config: EnvConfig, num_envs: int, seed: int, settings: dict | None, dev
 
 
 def record_video(config: EnvConfig, make_policy: Callable, path: str, seed: int, settings: dict | None,
-                 fps: float, device: str | torch.device = "cpu") -> int:
+                 fps: float, device: str | torch.device = "cpu", models: dict | None = None) -> int:
     """One episode of ``config``'s env (row 0, seeded ``seed``, with ``settings``, on ``device``) played by
     ``make_policy(env)``,
     written to ``path`` (:func:`envs.video.write_video`); a gymnasium env is built with ``render_mode: rgb_array``.
@@ -87,7 +92,7 @@ def record_video(config: EnvConfig, make_policy: Callable, path: str, seed: int,
     if getattr(config, "render_mode", "") is None:
         config = copy.copy(config)
         config.render_mode = "rgb_array"
-    env = _env(config, 1, seed, settings, device)
+    env = _env(config, 1, seed, settings, device, models)
     try:
         frames = record_episode(env, make_policy(env), stochastic=config.stochastic_evaluation, sample_seed=seed)
     finally:

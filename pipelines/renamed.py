@@ -40,6 +40,13 @@ RENAMED_CLASSES: dict[str, str] = {
     "EmbeddingUpdate": "callbacks.FlexibilityUpdate",
 }
 
+# keys of a nested class that its owner now gives when it builds it (the arguments of a ``Callable[[...], Class]``
+# key), so that the two cannot disagree: owner class -> {its key: {the nested class's key: what gives it}}
+GIVEN_KEYS: dict[str, dict[str, dict[str, str]]] = {
+    "DVRPConfig": {"flexibility": {"num_types": "K, the length of env.type_mix",
+                                   "num_attributes": "K, the length of env.type_mix (a customer has K attributes)"}},
+}
+
 # an old key that still exists with another meaning: the old value's kind -> where that value goes now
 RETYPED_KEYS: dict[str, dict[str, str]] = {
     "OnPolicyDataModule": {"collector": "collector.mode"},
@@ -63,6 +70,12 @@ def retyped_key(class_path: str, key: str) -> str | None:
     return RETYPED_KEYS.get(class_path.rpartition(".")[2], {}).get(key)
 
 
+def given_key(class_path: str, key: str, nested_key: str) -> str | None:
+    """What now gives ``nested_key`` of the class at ``key`` of the class at ``class_path``, or None when the config
+    still sets it."""
+    return GIVEN_KEYS.get(class_path.rpartition(".")[2], {}).get(key, {}).get(nested_key)
+
+
 def new_place(path: list[str], new: str) -> str:
     """Where the renamed key at ``path`` (its parent's keys, e.g. ``["data", "init_args"]``) is now, in full."""
     return new if _absolute(new) else ".".join([*path, new])
@@ -81,6 +94,9 @@ def upgrade_config(config: dict) -> tuple[dict, list[str]]:
     config, moved = copy.deepcopy(config), []
     callbacks = (config.get("trainer") or {}).get("callbacks") if isinstance(config.get("trainer"), dict) else None
     entries = [(section, config.get(section)) for section in ("model", "data")]
+    data_args = (config.get("data") or {}).get("init_args") if isinstance(config.get("data"), dict) else None
+    if isinstance(data_args, dict):
+        entries.append(("data.init_args.env", data_args.get("env")))
     entries += [(f"trainer.callbacks.{i}", c) for i, c in enumerate(callbacks if isinstance(callbacks, list) else [])]
     for where, entry in entries:
         if not isinstance(entry, dict):
@@ -99,6 +115,11 @@ def upgrade_config(config: dict) -> tuple[dict, list[str]]:
         for old, new in RENAMED_KEYS.get(name, {}).items():
             if old in init and _move(config if _absolute(new) else init, new, init, old):
                 moved.append(f"{where}.init_args.{old} -> {new_place([where, 'init_args'], new)}")
+        for key, given in GIVEN_KEYS.get(name, {}).items():
+            nested = (init.get(key) or {}).get("init_args") if isinstance(init.get(key), dict) else None
+            for old in given if isinstance(nested, dict) else ():
+                if nested.pop(old, None) is not None:
+                    moved.append(f"{where}.init_args.{key}.init_args.{old} -> removed (given: {given[old]})")
     return config, moved
 
 

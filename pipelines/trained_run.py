@@ -13,6 +13,7 @@ from jsonargparse import Namespace
 from modules.base import RLModule
 from pipelines.checkpoints import MODEL_KEYS, run_configs, weights_mismatch
 from pipelines.data import RLDataModule
+from pipelines.data.base import trained_env_model_states
 from pipelines.fit import FitCLI
 from pipelines.parser import config_exit
 
@@ -58,10 +59,11 @@ def load_run(configs: str | list[str] | None, ckpt_path: str, overrides: list[st
              device: str = "cpu") -> tuple[RLModule, RLDataModule]:
     """Build model and data module from fit configs (later ones override earlier ones, then the dotted
     overrides; None: the run's own, :func:`pipelines.checkpoints.run_configs`), set to play on ``device``
-    (:data:`PLAY_HERE`), and load the checkpoint: the weights and the env's learned model (the data module's
-    ``embedding_model``, if any), nothing else of the training's state (the envs' resume positions, which are the
-    training's and fit only its ``num_envs``). The checkpoint is checked as ``pipelines.fit --ckpt_path`` checks
-    it, before anything is built, except that the env may differ from the one it was trained on.
+    (:data:`PLAY_HERE`), and load the checkpoint: the weights and the env models trained during the run (the data
+    module's ``trained_env_models``, e.g. the DVRP flexibility model), nothing else of the training's state (the
+    envs' resume positions, which are the training's and fit only its ``num_envs``). The checkpoint is checked as
+    ``pipelines.fit --ckpt_path`` checks it, before anything is built, except that the env may differ from the one
+    it was trained on.
 
     Returns:
         The module (eval mode, on ``device``) and the data module (its env on ``device``).
@@ -98,30 +100,35 @@ def load_run(configs: str | list[str] | None, ckpt_path: str, overrides: list[st
         if mismatch is None:
             raise
         config_exit(mismatch)
-    env_model = (checkpoint.get(type(data).__qualname__) or {}).get("embedding_model")
-    if env_model is not None:
-        _restore_env_model(data, env_model, ckpt_path)
+    _restore_env_models(data, checkpoint.get(type(data).__qualname__) or {}, ckpt_path)
     model.to(device)
     model.eval()
     return model, data
 
 
-def _restore_env_model(data: RLDataModule, weights: dict, ckpt_path: str) -> None:
-    """Load the checkpoint's env model (e.g. the DVRP flexibility model) into the config's.
+def _restore_env_models(data: RLDataModule, state: dict, ckpt_path: str) -> None:
+    """Load the weights of the env models the checkpoint's run trained (e.g. the DVRP flexibility model) into the
+    config's (``data.env_models``).
 
     Raises:
         SystemExit: 2, for a config whose env has no such model or one of other shapes (one message).
     """
-    if data.embedding_model() is None:
-        config_exit(ValueError(f"--ckpt_path={ckpt_path!r} has a learned env model (embedding_model) but this "
-                               f"config's env has none (was it trained with another env config?)"))
     try:
-        data.update_embedding(weights)
-    except RuntimeError as err:
-        mismatch = weights_mismatch(err, ckpt_path)
-        if mismatch is None:
-            raise
-        config_exit(ValueError(f"{mismatch} (its env model)"))
+        weights = trained_env_model_states(state, data.trained_env_models)
+    except ValueError as err:
+        config_exit(ValueError(f"--ckpt_path={ckpt_path!r}: {err}"))
+    for name, model_weights in weights.items():
+        if name not in data.trained_env_models:
+            config_exit(ValueError(f"--ckpt_path={ckpt_path!r} has a learned env model {name!r} but this config's "
+                                   f"env trains {list(data.trained_env_models) or 'none'} (was it trained with "
+                                   f"another env config?)"))
+        try:
+            data.load_env_model(name, model_weights)
+        except RuntimeError as err:
+            mismatch = weights_mismatch(err, ckpt_path)
+            if mismatch is None:
+                raise
+            config_exit(ValueError(f"{mismatch} (its env model {name})"))
 
 
 def run_name(ckpt_path: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Literal
@@ -13,11 +14,10 @@ from torch import Tensor, nn
 from envs import unwrap
 from envs.config import EnvConfig, require
 from envs.dvrp.baselines import BASELINES, ScriptedOfferPolicy
-from envs.dvrp.customers import CustomerModel
+from envs.dvrp.customers import CustomerModel, embedding_width
 from envs.dvrp.env import DVRPEnv
 from envs.dvrp.generator import InstanceGenerator, type_posterior
 from envs.dvrp.hindsight import solve_days
-from envs.dvrp.neural_oracle import RoutingSolver
 from envs.dvrp.reader import FileInstances, expand_instance_paths
 from envs.dvrp.reference import solve_with_pyvrp
 
@@ -56,22 +56,25 @@ class DVRPConfig(EnvConfig):
             (:class:`envs.dvrp.neural_oracle.NeuralOracle`).
         oracle_checkpoint: the routing policy's training checkpoint (``configs/vrptw_oracle.yaml``), for
             ``oracle: neural``; it must have been trained for this ``num_customers``. The file is read by
-            the pipeline (``pipelines.checkpoints``), which hands the policy over with :meth:`attach_model`.
+            the pipeline (``pipelines.checkpoints.env_models``), which hands the policy to :meth:`make`.
         oracle_augment: greedy plans per quoted instance under coordinate symmetries for ``oracle: neural``
             (best feasible kept): 8 routes far more requests than 1, at about 7x the time.
         dtype: float type of instance data and plans.
-        flexibility: a learned customer model (:class:`~envs.dvrp.customers.CustomerModel`, e.g.
-            ``class_path: modules.flexibility.FlexibilityModel``), or null for none. With it, the env adds
-            the model's p(k | attributes) and embedding to every customer row and to the request, the
-            predicted acceptance probability to every offer, and records each offer's outcome
-            (``outcome``) for ``callbacks.FlexibilityUpdate``, which retrains the model during the run. One
-            model is shared by every env built from this config.
+        flexibility: the learned customer model to train beside the policy, or null for none: a class
+            implementing :class:`~envs.dvrp.customers.CustomerModel` whose first two arguments are the number of
+            types and of attributes (both K, the length of ``type_mix``, given here, so they cannot disagree),
+            e.g. ``class_path: modules.flexibility.FlexibilityModel`` with ``init_args: {embedding_dim: 4,
+            hidden_dim: 32}``; in Python the class, or a ``functools.partial`` of it. The config holds only this
+            recipe: the run builds the model once (:meth:`new_models`) and hands it to every env it makes. With
+            it, the env adds the model's p(k | attributes) and embedding to every customer row and to the request,
+            the predicted acceptance probability to every offer, and records each offer's outcome (``outcome``)
+            for ``callbacks.FlexibilityUpdate``, which retrains the model during the run.
         refusal_mask_threshold: with ``flexibility``, offers whose predicted refusal probability
             P(k < |s| | x) exceeds it are masked, on top of the feasibility mask (reject is never masked).
 
     Raises:
-        ValueError: a key out of its allowed range (the message names the key), or a ``flexibility`` model
-            that is no ``nn.Module`` or predicts another number of types than ``type_mix`` has;
+        ValueError: a key out of its allowed range (the message names the key), or a ``flexibility`` that is
+            not callable;
             FileNotFoundError: an ``instances`` glob matching nothing, or a missing ``oracle_checkpoint``.
             Instance files are read here, before any training.
     """
@@ -95,11 +98,11 @@ class DVRPConfig(EnvConfig):
     oracle_checkpoint: str | None = None
     oracle_augment: int = 8
     dtype: Literal["float32", "float64"] = "float32"
-    flexibility: CustomerModel | None = None
+    flexibility: Callable[[int, int], CustomerModel] | None = None
     refusal_mask_threshold: float | None = None
 
     def __post_init__(self) -> None:
-        """Check every key (before any work), then derive the sizes, the embedding width and the instance source."""
+        """Check every key (before any work), then derive the sizes and the instance source."""
         self.type_mix = [float(p) for p in self.type_mix]
         self.sizes = _sizes(self.num_customers, self.num_vehicles)
         self.num_customers = max(n for n, _ in self.sizes)
@@ -107,10 +110,6 @@ class DVRPConfig(EnvConfig):
         self._check_problem()
         self._check_oracle()
         self._check_flexibility()
-        self.routing_policy: RoutingSolver | None = None  # handed over by the pipeline (attach_model)
-        # one model shared by every env built from this config (training and evaluation envs alike)
-        self.embedding_model = self.flexibility
-        self.embedding_dim = 0 if self.flexibility is None else _embedding_dim(self.flexibility, len(self.type_mix))
         self.source = self._instance_source()
 
     def _check_problem(self) -> None:
@@ -144,7 +143,10 @@ class DVRPConfig(EnvConfig):
                                     f"with `python -m pipelines.fit --config configs/vrptw_oracle.yaml`)")
 
     def _check_flexibility(self) -> None:
-        """The refusal mask needs a flexibility model and a probability in [0, 1)."""
+        """A flexibility model is built by a callable; the refusal mask needs one and a probability in [0, 1)."""
+        require(self.flexibility is None or callable(self.flexibility), "flexibility", self.flexibility,
+                "a class implementing envs.dvrp.customers.CustomerModel (e.g. modules.flexibility.FlexibilityModel), "
+                "or null")
         threshold = self.refusal_mask_threshold
         require(threshold is None or 0.0 <= threshold < 1.0, "refusal_mask_threshold", threshold,
                 "must be in [0, 1) or null")
@@ -177,13 +179,31 @@ class DVRPConfig(EnvConfig):
         """A = 2S + 2: shifts -S..S (index s + S), then reject (index 2S + 1)."""
         return 2 * self.max_shift + 2
 
+    def model_names(self) -> tuple[str, ...]:
+        """``flexibility`` with a flexibility model, ``routing_policy`` with ``oracle: neural``."""
+        return (*(("flexibility",) if self.flexibility is not None else ()),
+                *(("routing_policy",) if self.oracle == "neural" else ()))
+
+    def new_models(self) -> dict[str, nn.Module]:
+        """``{"flexibility": flexibility(K, K)}`` with a flexibility model (see ``EnvConfig.new_models``).
+
+        Raises:
+            ValueError: a model that is no ``nn.Module`` or does not map attributes ``[n, K]`` to
+                (log p ``[n, K]``, embedding ``[n, D]``).
+        """
+        if self.flexibility is None:
+            return {}
+        model = self.flexibility(self.num_types, self.num_types)
+        embedding_width(model, self.num_types)  # checks its outputs
+        return {"flexibility": model}
+
     def model_checkpoints(self) -> dict[str, str]:
         """``{"routing_policy": oracle_checkpoint}`` for ``oracle: neural`` (see ``EnvConfig.model_checkpoints``)."""
         return {"routing_policy": self.oracle_checkpoint} if self.oracle == "neural" else {}
 
-    def attach_model(self, name: str, model: nn.Module, trained_for: dict) -> None:
-        """Take the routing policy of ``oracle: neural`` (``name = "routing_policy"``), shared by every env
-        of this config.
+    def check_model(self, name: str, model: nn.Module, trained_for: dict) -> None:
+        """Check the routing policy of ``oracle: neural`` (``name = "routing_policy"``) read from
+        ``oracle_checkpoint``.
 
         Args:
             name: ``routing_policy``.
@@ -199,7 +219,6 @@ class DVRPConfig(EnvConfig):
         if trained != self.num_customers:
             raise ValueError(f"env.oracle_checkpoint={self.oracle_checkpoint!r}: trained for num_customers={trained}, "
                              f"this env has {self.num_customers}")
-        self.routing_policy = model
 
     def baseline_policies(self) -> dict:
         """The scripted offer policies of :mod:`envs.dvrp.baselines` (``preferred`` ... ``clairvoyant``)."""
@@ -226,16 +245,17 @@ class DVRPConfig(EnvConfig):
                                        for d, p in zip(days, plans, strict=True)),
                 "refused": column(0.0 for _ in plans)}
 
-    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> DVRPEnv:
-        """Build the env.
+    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu",
+             models: Mapping[str, nn.Module] | None = None) -> DVRPEnv:
+        """Build the env with the run's learned models (:meth:`model_names`), shared by every env of the run.
 
         Raises:
-            ValueError: ``oracle: neural`` without an attached routing policy.
+            ValueError: a model missing from ``models`` (the flexibility model of ``flexibility``, the routing
+                policy of ``oracle: neural``), or one the config does not name.
         """
-        if self.oracle == "neural" and self.routing_policy is None:
-            raise ValueError(f"env.oracle=neural needs the routing policy of env.oracle_checkpoint="
-                             f"{self.oracle_checkpoint!r}, read from the file and handed over by attach_model")
-        return DVRPEnv(self, num_envs=num_envs, seed=seed, device=device)
+        models = self.check_models(models)
+        return DVRPEnv(self, num_envs=num_envs, seed=seed, device=device, flexibility=models.get("flexibility"),
+                       routing_policy=models.get("routing_policy"))
 
 
 def _sizes(num_customers: int | list[int], num_vehicles: int | list[int]) -> list[tuple[int, int]]:
@@ -263,22 +283,3 @@ def _sizes(num_customers: int | list[int], num_vehicles: int | list[int]) -> lis
 
 def _scripted(name: str, env, seed: int) -> ScriptedOfferPolicy:
     return ScriptedOfferPolicy(name, unwrap(env), seed=seed)
-
-
-def _embedding_dim(model: CustomerModel, num_types: int) -> int:
-    """D of a customer model, read from one probe call on zero attributes ``[1, K]``.
-
-    Raises:
-        ValueError: not an ``nn.Module``, or outputs that are not (``[1, K]``, ``[1, D]``).
-    """
-    require(isinstance(model, nn.Module), "flexibility", type(model).__name__,
-            "an nn.Module implementing envs.dvrp.customers.CustomerModel (e.g. modules.flexibility.FlexibilityModel)")
-    with torch.no_grad():
-        out = model(torch.zeros(1, num_types))
-    shapes = [list(t.shape) for t in out] if isinstance(out, tuple) else [list(getattr(out, "shape", []))]
-    require(len(shapes) == 2 and shapes[0] == [1, num_types] and len(shapes[1]) == 2 and shapes[1][0] == 1,
-            "flexibility", type(model).__name__,
-            f"a model mapping attributes [n, {num_types}] to (log p [n, {num_types}] for the {num_types} types of "
-            f"env.type_mix, embedding [n, D]); got outputs of shapes {shapes}")
-    embedding = out[1]
-    return int(embedding.shape[1])

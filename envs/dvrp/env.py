@@ -19,7 +19,7 @@ from torchrl.data import Binary, Categorical, Composite, Unbounded
 
 from envs import rng
 from envs.checks import rows_of
-from envs.dvrp.customers import CustomerModel, acceptance_log_prob
+from envs.dvrp.customers import CustomerModel, acceptance_log_prob, embedding_width
 from envs.dvrp.generator import _SIZE, InstanceGenerator, type_posterior
 from envs.dvrp.neural_oracle import NeuralOracle, RoutingSolver
 from envs.dvrp.oracle import CostOracle, InsertionOracle
@@ -51,11 +51,7 @@ class DVRPParameters(Protocol):
     dtype: str  # float32 or float64
     oracle: str  # insertion or neural
     oracle_augment: int
-    routing_policy: RoutingSolver | None
     source: InstanceGenerator | FileInstances  # draws the instances
-    flexibility: CustomerModel | None
-    embedding_model: CustomerModel | None  # the learned customer model, shared by the config's envs
-    embedding_dim: int
     refusal_mask_threshold: float | None
 
     @property
@@ -76,7 +72,7 @@ class DVRPEnv(RowSeededEnv):
           (the agreed window once served, else the preferred one), service/H, slot/H, K attributes and
           a one-hot status (unseen / served / lost). A customer is unseen until its request has been
           decided (the current request is ``request``); unseen rows are zeros but for their status:
-          the future is not observed. With a flexibility model (``config.flexibility``) the K
+          the future is not observed. With a flexibility model (``flexibility``) the K
           attributes are followed by the model's p(k | attributes) ``[K]`` and embedding ``[D]``
           (computed when the episode starts, with the model of that moment): ``[B, N, 10 + 2K + D]``.
         * ``request`` ``[B, 11 + K]`` (``[B, 11 + 2K + D]`` with the model): the current request's x/100,
@@ -125,12 +121,17 @@ class DVRPEnv(RowSeededEnv):
         num_envs: B.
         seed: seed of row 0.
         device: torch device of all tensors.
+        flexibility: the run's learned customer model (a :class:`~envs.dvrp.customers.CustomerModel`, built from
+            ``config.flexibility``), held as ``self.flexibility`` and shared, not copied: new weights loaded into
+            it apply from the next episode on; None: none.
+        routing_policy: the neural oracle's routing policy (``config.oracle: neural``), read from
+            ``config.oracle_checkpoint`` by the pipeline.
     """
 
     batch_locked = True
 
-    def __init__(self, config: DVRPParameters, num_envs: int = 1, seed: int = 0,
-                 device: torch.device | str = "cpu") -> None:
+    def __init__(self, config: DVRPParameters, num_envs: int = 1, seed: int = 0, device: torch.device | str = "cpu",
+                 flexibility: CustomerModel | None = None, routing_policy: RoutingSolver | None = None) -> None:
         super().__init__(num_envs, device)  # checks num_envs >= 1
         self.config = config
         b, n, m, k = num_envs, config.num_customers, config.num_vehicles, config.num_types
@@ -138,12 +139,12 @@ class DVRPEnv(RowSeededEnv):
         self.num_windows = 2 * s + 1
         self.num_actions = 2 * s + 2
         self.dtype = getattr(torch, config.dtype)
-        self.flexibility = config.embedding_model  # shared with the config; None without the model
-        extra = 0 if self.flexibility is None else k + config.embedding_dim
+        self.flexibility = flexibility  # the run's model, shared by its envs; None without one
+        extra = 0 if flexibility is None else k + embedding_width(flexibility, k)
         dev = self.device
         self.shifts = torch.arange(-s, s + 1, device=dev)
         if config.oracle == "neural":
-            self.oracle: CostOracle = NeuralOracle(b, m, n, config.routing_policy, device=dev, dtype=self.dtype,
+            self.oracle: CostOracle = NeuralOracle(b, m, n, routing_policy, device=dev, dtype=self.dtype,
                                                    num_augment=config.oracle_augment)
         else:
             self.oracle = InsertionOracle(b, m, n, device=dev, dtype=self.dtype)

@@ -244,7 +244,9 @@ class GameConfig(EnvConfig):
                        self.sticky_actions, self.screen_size, self.frame_stack, self.max_episode_steps,
                        self.ale_threads)
 
-    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> EnvBase:
+    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu",
+             models: dict | None = None) -> EnvBase:
+        self.check_models(models)  # none
         self._read_specs()
         if self.backend == "ale_vector":
             base = GameVectorEnv(self.game, num_envs, device, self._specs, self.ale_vector_fn(num_envs),

@@ -77,5 +77,7 @@ class HockeyConfig(EnvConfig):
                     "a finite number >= 0 (the sign is part of the term)")
             setattr(self, key, float(value))
 
-    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> HockeyEnv:
+    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu",
+             models: dict | None = None) -> HockeyEnv:
+        self.check_models(models)  # none
         return HockeyEnv(self, num_envs=num_envs, seed=seed, device=device)

@@ -64,6 +64,8 @@ class VRPTWConfig(EnvConfig):
         """M, the most routes per plan."""
         return self.dvrp.num_vehicles
 
-    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu") -> VRPTWEnv:
+    def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu",
+             models: dict | None = None) -> VRPTWEnv:
+        self.check_models(models)  # none
         return VRPTWEnv(self.source, num_envs=num_envs, seed=seed, unserved_penalty=self.unserved_penalty,
                         early_return=self.early_return, device=device)

@@ -22,7 +22,7 @@ Callbacks that need the collected data subclass :class:`callbacks.base.RLCallbac
 counted and processed it (``callbacks.FlexibilityUpdate`` fills its outcome store so).
 Callbacks act on the training envs through the named methods :meth:`EnvDataModule.configure_env`,
 :meth:`~EnvDataModule.set_opponents`, :meth:`~EnvDataModule.set_opponent_policy` and
-:meth:`~EnvDataModule.update_embedding` (:mod:`pipelines.data.env_control`).
+:meth:`~EnvDataModule.load_env_model` (:mod:`pipelines.data.env_control`).
 
 The names are imported on first use (PEP 562): a rollout worker process imports
 :mod:`pipelines.data.collectors` (its env builder) without Lightning and the data modules (50 MB less per worker).

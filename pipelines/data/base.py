@@ -12,7 +12,7 @@ from tensordict import TensorDict
 from torchrl.envs import EnvBase
 
 from envs import EnvConfig, EnvSpecs, make_env, unwrap
-from pipelines.checkpoints import attach_env_models
+from pipelines.checkpoints import env_models
 from pipelines.data.collectors import WorkerCollector, local_collector
 from pipelines.data.env_control import EnvControl, TrainingEnvCalls, resolve
 from pipelines.data.options import CollectorOptions, require
@@ -26,8 +26,9 @@ class RLDataModule(FrameStream, L.LightningDataModule):
     :class:`EnvDataModule`; :class:`pipelines.episodes.EpisodeDataModule` (whole plans, no collector) on this.
 
     Args:
-        env: the environment's config (e.g. ``envs.dvrp.DVRPConfig``); learned models it names in checkpoint
-            files (``model_checkpoints``) are read here, before any work.
+        env: the environment's config (e.g. ``envs.dvrp.DVRPConfig``). The learned models its envs take are
+            built (``new_models``) and read from the checkpoint files it names (``model_checkpoints``) here, before
+            any work, as ``env_models``: ``{name: model}``, handed to every env of the run.
         total_frames: the run's budget in frames, summed over ranks.
         seed: seed of env row 0 on rank 0; null: the run's seed (``pipelines.fit`` sets it from ``seed_everything``;
             0 when built in Python).
@@ -41,7 +42,9 @@ class RLDataModule(FrameStream, L.LightningDataModule):
     def __init__(self, env: EnvConfig, total_frames: int, seed: int | None, device: str | None) -> None:
         super().__init__()
         require(total_frames >= 1, f"data.total_frames must be >= 1, got {total_frames}")
-        attach_env_models(env)
+        self.env_models = env_models(env)
+        # the ones trained during the run (their weights are in this module's checkpoint state), not read from files
+        self.trained_env_models = tuple(n for n in self.env_models if n not in env.model_checkpoints())
         self.env_config = env
         self.total_frames = int(total_frames)  # plain ints: jsonargparse types would reach the checkpoint
         self.seed = 0 if seed is None else int(seed)
@@ -139,7 +142,7 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         self.resolve_device()
         self.check_device(self.device)
         if self.env is None:
-            self.env = make_env(self.env_config, self.num_envs, self.first_seed, self.device)
+            self.env = make_env(self.env_config, self.num_envs, self.first_seed, self.device, self.env_models)
             self.control = EnvControl(self.env, self.workers)
 
     def env_specs(self) -> EnvSpecs:
@@ -153,7 +156,7 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         Raises:
             ValueError: ``settings`` for an env without ``configure``, or settings it rejects.
         """
-        env = make_env(self.env_config, num_envs, seed, self.device)
+        env = make_env(self.env_config, num_envs, seed, self.device, self.env_models)
         if settings:
             resolve(env, "configure")(**settings)
         return env
@@ -164,15 +167,17 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         if self._collector is None:
             policy, options = self.trainer.lightning_module.collector_policy, self.collector_options
             if options.ray_options is not None:
-                self._collector = RayWorkerCollector(self.env_config, self.num_envs, self.workers, self.first_seed,
-                                                     policy, self.frames_per_batch, options.ray_options,
-                                                     options.worker_timeout_s, self.control.startup_calls(),
+                self._collector = RayWorkerCollector(self.env_config, self.env_models, self.num_envs, self.workers,
+                                                     self.first_seed, policy, self.frames_per_batch,
+                                                     options.ray_options, options.worker_timeout_s,
+                                                     self.control.startup_calls(),
                                                      self.control.later_calls, **self._collector_options())
                 self.control.connect(self._collector, keep_calls=options.ray_options.max_restarts > 0)
             elif self.workers:
-                self._collector = WorkerCollector(self.env_config, self.num_envs, self.workers, self.first_seed, policy,
-                                                  self.frames_per_batch, options.worker_timeout_s,
-                                                  self.control.startup_calls(), asynchronous=options.mode == "async",
+                self._collector = WorkerCollector(self.env_config, self.env_models, self.num_envs, self.workers,
+                                                  self.first_seed, policy, self.frames_per_batch,
+                                                  options.worker_timeout_s, self.control.startup_calls(),
+                                                  asynchronous=options.mode == "async",
                                                   **self._collector_options())
                 self.control.connect(self._collector)
             else:
@@ -202,21 +207,39 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict:
         """The env's resume state (each row restarts the episode in progress on resume; in-process envs only)
-        and the embedding model's weights."""
+        and the weights of the env models trained during the run (``trained_env_models``)."""
         state = {}
         base = unwrap(self.env)
         if hasattr(base, "resume_state") and not self.workers:  # with workers the stepped envs live there
             state["env_rng"] = base.resume_state()
-        if self.embedding_model() is not None:
-            weights = self.embedding_model().state_dict()
-            state["embedding_model"] = {k: v.detach().cpu().clone() for k, v in weights.items()}
+        if self.trained_env_models:
+            state["env_models"] = {name: _cpu_copy(self.env_models[name].state_dict())
+                                   for name in self.trained_env_models}
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
-        if "embedding_model" in state_dict:
-            self.update_embedding(state_dict["embedding_model"])
+        for name, weights in trained_env_model_states(state_dict, self.trained_env_models).items():
+            self.load_env_model(name, weights)
         base = unwrap(self.env)
         if "env_rng" in state_dict and hasattr(base, "load_resume_state"):
             base.load_resume_state(state_dict["env_rng"], keep_row_seeds=True)  # rank 0's state, this rank's rows
 
 
+def _cpu_copy(weights: dict) -> dict:
+    return {k: v.detach().cpu().clone() for k, v in weights.items()}
+
+
+def trained_env_model_states(state: dict, names: tuple[str, ...]) -> dict[str, dict]:
+    """The weights of the env models trained during a run, ``{name: state_dict}``, from a data module's checkpoint
+    ``state``. A checkpoint written before the models were kept by name (one model, the DVRP flexibility model, under
+    ``embedding_model``) gives its weights to the one trained model of ``names``.
+
+    Raises:
+        ValueError: an old checkpoint's model where the config has not exactly one trained env model.
+    """
+    if "embedding_model" not in state:
+        return dict(state.get("env_models") or {})
+    if len(names) != 1:
+        raise ValueError(f"the checkpoint has a learned env model (embedding_model) but this config's env trains "
+                         f"{list(names) or 'none'} (was it trained with another env config?)")
+    return {names[0]: state["embedding_model"]}

@@ -63,13 +63,14 @@ def local_collector(env: EnvBase, policy: nn.Module, frames_per_batch: int, **op
                      **options)
 
 
-def make_worker_env(env_config: EnvConfig, num_envs: int, seed: int, calls: list[Call]) -> EnvBase:
+def make_worker_env(env_config: EnvConfig, env_models: dict[str, nn.Module], num_envs: int, seed: int,
+                    calls: list[Call]) -> EnvBase:
     """A worker's env (``make_env``'s, rows seeded ``seed, seed + 1, ...``) after the learner's calls made before
     the workers started. Runs in the worker process, whose torch RNG (the policy's exploration, random warm-up
     actions) it seeds with ``seed`` too, so a run with workers is reproducible and each worker draws its own
     stream."""
     torch.manual_seed(seed)
-    env = make_env(env_config, num_envs, seed, "cpu")
+    env = make_env(env_config, num_envs, seed, "cpu", env_models)
     apply_calls(env, calls)
     return env
 
@@ -153,6 +154,8 @@ class WorkerCollector:
 
     Args:
         env_config: the env of every worker.
+        env_models: the run's learned env models (``EnvConfig.new_models``), copied to every worker (new weights
+            reach them through the env calls).
         num_envs: envs over all workers (a multiple of ``workers``).
         workers: worker processes (>= 1).
         first_seed: seed of row 0 of worker 0.
@@ -176,12 +179,14 @@ class WorkerCollector:
             the message names the worker.
     """
 
-    def __init__(self, env_config: EnvConfig, num_envs: int, workers: int, first_seed: int, policy: nn.Module,
-                 frames_per_batch: int, timeout_s: float, startup_calls: list[list[Call]] | None = None,
+    def __init__(self, env_config: EnvConfig, env_models: dict[str, nn.Module], num_envs: int, workers: int,
+                 first_seed: int, policy: nn.Module, frames_per_batch: int, timeout_s: float,
+                 startup_calls: list[list[Call]] | None = None,
                  asynchronous: bool = False, **options) -> None:
         per = num_envs // workers
         calls = startup_calls or [[] for _ in range(workers)]
-        make = [partial(make_worker_env, env_config, per, first_seed + w * per, calls[w]) for w in range(workers)]
+        make = [partial(make_worker_env, env_config, env_models, per, first_seed + w * per, calls[w])
+                for w in range(workers)]
         self.timeout_s = timeout_s
         self._stall: str | None = None
         # sync=False: the workers' policy parameters are the shared buffer itself (synchronous: the learner's own

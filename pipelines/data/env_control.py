@@ -1,5 +1,5 @@
 """Named calls on the training envs, wherever they step: curriculum settings, self-play opponents and their
-weights, embedding-model weights.
+weights, the weights of the env's learned models (the DVRP flexibility model).
 
 Every call is made first on this process's copy of the env (so a bad setting raises here, with the env's
 message). With rollout workers it is then made on every worker's env through the collector's ``map_fn``
@@ -24,7 +24,7 @@ Call = tuple[str, tuple, dict]  # (method path on the base env, args, kwargs)
 
 
 def resolve(env: EnvBase, method: str):
-    """The callable at ``method`` (a dotted path, e.g. ``config.embedding_model.load_state_dict``) of the base env.
+    """The callable at ``method`` (a dotted path, e.g. ``flexibility.load_state_dict``) of the base env.
 
     Raises:
         ValueError: the env has no such method.
@@ -159,20 +159,17 @@ class TrainingEnvCalls:
         """
         self.control.call("set_opponent_policy", policy)
 
-    def embedding_model(self) -> nn.Module | None:
-        """The learned model the env's observations depend on (``env.embedding_model``), or None."""
-        return self.env_config.embedding_model
-
-    def update_embedding(self, state_dict: dict) -> None:
-        """Load new weights into the embedding model: every env of this config (training and evaluation,
-        and the workers' envs) uses them from its next episode on.
+    def load_env_model(self, name: str, state_dict: dict) -> None:
+        """Load new weights into the run's learned env model ``name`` (``env_models[name]``, e.g. ``flexibility``):
+        every env of the run (training and evaluation, and the workers' envs) uses them from its next episode on.
 
         Raises:
-            ValueError: the env has no embedding model.
+            ValueError: the env has no learned model of that name (the message names the config key to set).
         """
-        if self.embedding_model() is None:
-            raise ValueError("the env has no embedding model (e.g. set data.init_args.env.init_args.flexibility)")
-        if self.control is None:  # before setup: the config's model (every env of the config shares it)
-            self.embedding_model().load_state_dict(state_dict)
-        else:  # the training env's config is the same object; workers hold copies
-            self.control.call("config.embedding_model.load_state_dict", state_dict)
+        if name not in self.env_models:
+            raise ValueError(f"the env has no learned model {name!r} (its models: {sorted(self.env_models) or 'none'}; "
+                             f"e.g. set data.init_args.env.init_args.flexibility)")
+        if self.control is None:  # before setup: the run's model, which every env of this process is handed
+            self.env_models[name].load_state_dict(state_dict)
+        else:  # the training env holds the same model; workers hold copies (the env's attribute of that name)
+            self.control.call(f"{name}.load_state_dict", state_dict)

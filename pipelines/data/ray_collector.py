@@ -73,6 +73,8 @@ class RayWorkerCollector:
 
     Args:
         env_config: the env of every actor.
+        env_models: the run's learned env models (``EnvConfig.new_models``), copied to every actor (new weights
+            reach them through the env calls).
         num_envs: envs over all actors (a multiple of ``workers``).
         workers: Ray actors (>= 1).
         first_seed: seed of row 0 of actor 0.
@@ -94,16 +96,17 @@ class RayWorkerCollector:
             (the message names the actor and its node).
     """
 
-    def __init__(self, env_config: EnvConfig, num_envs: int, workers: int, first_seed: int, policy: nn.Module,
-                 frames_per_batch: int, options: RayOptions, timeout_s: float = 300.0,
-                 startup_calls: list[list[Call]] | None = None,
+    def __init__(self, env_config: EnvConfig, env_models: dict[str, nn.Module], num_envs: int, workers: int,
+                 first_seed: int, policy: nn.Module, frames_per_batch: int, options: RayOptions,
+                 timeout_s: float = 300.0, startup_calls: list[list[Call]] | None = None,
                  later_calls: Callable[[int], list[Call]] | None = None, **collector_options) -> None:
         import ray
         from torchrl.collectors.distributed import RayCollector
 
         per = num_envs // workers
         calls = startup_calls or [[] for _ in range(workers)]
-        make = [partial(make_worker_env, env_config, per, first_seed + w * per, calls[w]) for w in range(workers)]
+        make = [partial(make_worker_env, env_config, env_models, per, first_seed + w * per, calls[w])
+                for w in range(workers)]
         self.options = options
         self.policy = VersionedPolicy(policy)
         self._started = not ray.is_initialized()  # a Ray instance this run starts is stopped with it

@@ -12,7 +12,7 @@ from envs.dvrp import DVRPConfig, DVRPEnv
 from envs.dvrp.baselines import ScriptedOfferPolicy
 from envs.dvrp.neural_oracle import NeuralOracle
 from modules.routing import RoutingPolicy
-from pipelines.checkpoints import attach_env_models, load_exported_model
+from pipelines.checkpoints import env_models, load_exported_model
 from tests.route_check import check_exported_plan
 
 N, B = 10, 12
@@ -151,15 +151,16 @@ def test_loader_rejects_missing_and_mismatched_checkpoints(tmp_path):
     torch.save({"state_dict": {}}, other)
     with pytest.raises(ValueError, match="not a routing_policy checkpoint"):
         load_exported_model(str(other), "routing_policy")
-    # through the env config: the wrong size is refused when the policy is attached; a config without its
+    # through the env config: the wrong size is refused when the run reads the policy; a config without its
     # policy builds no env; the right one builds the neural oracle
     with pytest.raises(ValueError, match=r"trained for num_customers=20, this env has 30"):
-        attach_env_models(DVRPConfig(num_customers=30, oracle="neural", oracle_checkpoint=str(path)))
+        env_models(DVRPConfig(num_customers=30, oracle="neural", oracle_checkpoint=str(path)))
     config = DVRPConfig(num_customers=20, oracle="neural", oracle_checkpoint=str(path), oracle_augment=2)
-    with pytest.raises(ValueError, match="needs the routing policy"):
+    with pytest.raises(ValueError, match=r"needs the run's learned models \['routing_policy'\]"):
         config.make(num_envs=2, seed=0)
-    attach_env_models(config)
-    env = config.make(num_envs=2, seed=0)
+    models = env_models(config)
+    assert list(models) == ["routing_policy"]
+    env = config.make(num_envs=2, seed=0, models=models)
     assert isinstance(env.oracle, NeuralOracle) and env.oracle.num_augment == 2
     env.reset()
     assert env.mask[:, -1].all()

@@ -33,7 +33,7 @@ class DDPProbe(L.Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         params = torch.cat([p.detach().flatten() for p in pl_module.parameters()])
-        model = trainer.datamodule.embedding_model()
+        model = trainer.datamodule.env_models.get("flexibility")
         embedding = [] if model is None else torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
         os.makedirs(self.out_dir, exist_ok=True)
         with open(os.path.join(self.out_dir, f"rank{trainer.global_rank}.json"), "w") as f:

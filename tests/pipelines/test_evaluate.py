@@ -80,8 +80,8 @@ def test_learned_env_model_is_restored(smoke_run):
     from pipelines.evaluate import load_run
 
     _, data = load_run(SMOKE, smoke_run["last"], [])
-    saved = torch.load(smoke_run["last"], weights_only=True)["OnPolicyDataModule"]["embedding_model"]
-    restored = data.embedding_model().state_dict()
+    saved = torch.load(smoke_run["last"], weights_only=True)["OnPolicyDataModule"]["env_models"]["flexibility"]
+    restored = data.env_models["flexibility"].state_dict()
     assert all(torch.equal(saved[k], restored[k]) for k in saved)
 
 
@@ -216,8 +216,10 @@ def test_collector_options_of_other_hardware_do_not_get_in_the_way(smoke_run, tm
 
 def test_a_run_folder_of_the_old_key_layout_still_evaluates(smoke_run, tmp_path, capsys):
     """A run written before the collector's keys and PPO's epochs moved (``data.init_args.num_envs``,
-    ``data.init_args.collector: sync``, ``data.init_args.ppo_epochs``) is evaluated from its own config.yaml, which
-    is read with the keys in their new places (said on stderr), on the same episodes as under today's config."""
+    ``data.init_args.collector: sync``, ``data.init_args.ppo_epochs``), and before the flexibility model left the
+    env config (its ``num_types``/``num_attributes`` keys, its weights under the data module's ``embedding_model``),
+    is evaluated from its own config.yaml, which is read with the keys in their new places (said on stderr), on the
+    same episodes and with the same flexibility model as under today's config."""
     import yaml
 
     config = yaml.safe_load((smoke_run["dir"] / "config.yaml").read_text())
@@ -226,13 +228,19 @@ def test_a_run_folder_of_the_old_key_layout_still_evaluates(smoke_run, tmp_path,
     mode = collector.pop("mode")
     data.update(collector, collector=mode)
     data.update(ppo_epochs=model.pop("ppo_epochs"), mini_batch_size=model.pop("mini_batch_size"))
+    data["env"]["init_args"]["flexibility"]["init_args"].update(num_types=4, num_attributes=4)
     assert "num_envs" in data and data["collector"] == "sync"
     ckpt = _run_folder(smoke_run, tmp_path, {}, {})
     (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(config))
+    old = torch.load(ckpt, weights_only=True)
+    old["OnPolicyDataModule"]["embedding_model"] = old["OnPolicyDataModule"].pop("env_models")["flexibility"]
+    torch.save(old, ckpt)
     main(["--ckpt_path", ckpt, "--episodes", "8", "--num_envs", "8", "--policies", "fallback"])
     out = capsys.readouterr()
     assert "keys moved since: data.init_args.collector -> data.init_args.collector.mode" in out.err, out.err
     assert "data.init_args.ppo_epochs -> model.init_args.ppo_epochs" in out.err, out.err
+    assert ("data.init_args.env.init_args.flexibility.init_args.num_types -> removed (given: K, the length of "
+            "env.type_mix)") in out.err, out.err
     table = json.loads(out.out.strip().splitlines()[-1])
     assert table == _fallback_table(smoke_run["last"], capsys, "--config", SMOKE)
 

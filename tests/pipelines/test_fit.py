@@ -52,10 +52,29 @@ def test_flexibility_updates_at_the_configured_interval_and_in_the_checkpoint(sm
     assert state["updates"] == 2 and state["next_frames"] == 2880
     stored = state["store"]["_storage"]["_len"]
     assert 0 < stored <= 1920, stored
-    weights = ckpt["OnPolicyDataModule"]["embedding_model"]
+    weights = ckpt["OnPolicyDataModule"]["env_models"]["flexibility"]
     initial = FlexibilityModel(4, 4, embedding_dim=4, hidden_dim=32).state_dict()
     assert weights.keys() == initial.keys()
     assert not all(torch.equal(weights[k], initial[k]) for k in weights), "the trained model was not saved"
+
+
+def test_a_checkpoint_from_before_the_env_models_left_the_config_continues_the_same(smoke_run, tmp_path):
+    """A checkpoint written while the flexibility model lived in the env config (its recorded config with the model's
+    ``num_types`` and ``num_attributes``, its weights under the data module's ``embedding_model``) continues to the
+    same weights and flexibility model as today's checkpoint of the same run."""
+    old = torch.load(smoke_run["last"], weights_only=True)
+    flexibility = old["fit_config"]["data"]["init_args"]["env"]["init_args"]["flexibility"]["init_args"]
+    flexibility.update(num_types=4, num_attributes=4)
+    old["OnPolicyDataModule"]["embedding_model"] = old["OnPolicyDataModule"].pop("env_models")["flexibility"]
+    torch.save(old, tmp_path / "old.ckpt")
+    common = ["--config", SMOKE, "--trainer.enable_progress_bar=false", "--data.init_args.total_frames=2880"]
+    runs = [main([*common, f"--trainer.logger.init_args.save_dir={tmp_path / name}", f"--ckpt_path={ckpt}"])
+            for name, ckpt in (("now", smoke_run["last"]), ("old", tmp_path / "old.ckpt"))]
+    assert all(run.model.collected_frames == 2880 for run in runs)
+    a, b = (run.model.state_dict() for run in runs)
+    assert all(torch.equal(a[k], b[k]) for k in a), "the old checkpoint continued to other weights"
+    fa, fb = (run.datamodule.env_models["flexibility"].state_dict() for run in runs)
+    assert all(torch.equal(fa[k], fb[k]) for k in fa), "the old checkpoint's flexibility model was not restored"
 
 
 def test_print_config_shows_the_whole_run():
@@ -90,7 +109,7 @@ def test_resume_continues_frames_optimizer_and_rng(tmp_path):
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
-    ea, eb = full.datamodule.embedding_model().state_dict(), resumed.datamodule.embedding_model().state_dict()
+    ea, eb = (run.datamodule.env_models["flexibility"].state_dict() for run in (full, resumed))
     assert all(torch.equal(ea[k], eb[k]) for k in ea), "resumed flexibility model differs"
     store_a, store_b = (next(c for c in run.trainer.callbacks if type(c).__name__ == "FlexibilityUpdate").outcomes()
                         for run in (full, resumed))

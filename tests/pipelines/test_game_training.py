@@ -72,7 +72,7 @@ def _first_batch(seed: int) -> torch.Tensor:
     probe = make_env(config, 1, 0)
     module.build_on(EnvSpecs.of(probe))
     probe.close()
-    collector = WorkerCollector(config, 2, 2, seed, module.collector_policy, frames_per_batch=64, timeout_s=120.0)
+    collector = WorkerCollector(config, {}, 2, 2, seed, module.collector_policy, frames_per_batch=64, timeout_s=120.0)
     try:
         batch = next(iter(collector))
     finally:

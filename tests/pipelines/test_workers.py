@@ -168,7 +168,7 @@ def test_calls_and_weights_between_batches_reach_the_worker_envs():
         if with_calls:
             calls(control, 0)
         if workers:
-            collector = WorkerCollector(config, 8, 2, 3, policy, 160, timeout_s=60.0,
+            collector = WorkerCollector(config, {}, 8, 2, 3, policy, 160, timeout_s=60.0,
                                         startup_calls=control.startup_calls())
             control.connect(collector)
         else:
@@ -264,7 +264,7 @@ def test_workers_are_forks_of_one_server_that_imported_torch():
     config = GymConfig("CartPole-v1")
     module = DQNModule(QNetwork(num_actions=2))
     module.build_on(EnvSpecs.of(make_env(config, 2, 0)))
-    collector = WorkerCollector(config, 4, 2, 0, module.collector_policy, 64, timeout_s=60.0)
+    collector = WorkerCollector(config, {}, 4, 2, 0, module.collector_policy, 64, timeout_s=60.0)
     try:
         next(iter(collector))
         parents = {_parent(pid) for pid in collector.pids}
@@ -323,7 +323,7 @@ def test_a_message_to_a_killed_worker_names_it(monkeypatch):
     config = GymConfig("CartPole-v1")
     module = DQNModule(QNetwork(num_actions=2))
     module.build_on(EnvSpecs.of(make_env(config, 2, 0)))
-    collector = WorkerCollector(config, 4, 2, 0, module.collector_policy, 64, timeout_s=60.0)
+    collector = WorkerCollector(config, {}, 4, 2, 0, module.collector_policy, 64, timeout_s=60.0)
     try:
         batches = iter(collector)
         next(batches)
