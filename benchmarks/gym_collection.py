@@ -34,7 +34,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from envs import EnvSpecs, make_env
 from envs.gym import GymConfig
-from modules.dqn import DQNModule, QNetwork
+from modules.dqn import DQNModule
+from modules.q_networks import QNetwork
 from pipelines.data.collectors import local_collector
 from pipelines.data.replay import make_replay_buffer, store
 

@@ -4,7 +4,7 @@
 
 Default config (NORMAL mode, 250-step episodes, weak BasicOpponent driven inside the step). Uniform random
 actions in ``[-1, 1]^4`` are drawn outside the timed region; each timed call is ``env.step_and_maybe_reset`` (the
-step with both observations, report and the partial resets of the rows that are done), after a warm-up of 50
+step with both observations, info and the partial resets of the rows that are done), after a warm-up of 50
 calls. A frame is one env step of one row (B frames per batched step). Also printed: the raw ``_step`` alone,
 and ``make_env_steps_per_s``: the same timed ``step_and_maybe_reset`` on ``envs.make_env``'s env (the bare env
 plus ``RewardSum``), which is what the pipeline's collector steps. Goal: >= 1,000,000 frames/s at B = 4096.

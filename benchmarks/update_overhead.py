@@ -127,7 +127,8 @@ def dqn_module(settings: dict, k: int, features: int = 4, actions: int = 2):
     from tensordict import TensorDict
     from torchrl.data import Categorical
 
-    from modules.dqn import DQNModule, QNetwork
+    from modules.dqn import DQNModule
+    from modules.q_networks import QNetwork
 
     network = QNetwork(**{key: settings["network"][key] for key in ("num_actions", "hidden_dims", "dueling")})
     model = DQNModule(network, **settings["model"])

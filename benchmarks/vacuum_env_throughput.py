@@ -4,7 +4,7 @@
 
 Default config (5x5 grid, 4 robots, charger (2, 2), max_steps 100). Random legal actions (uniform over
 each robot's ``action_mask``) are drawn outside the timed region; each timed call is
-``env.step_and_maybe_reset`` (the step with observation, mask, report and the partial resets of the
+``env.step_and_maybe_reset`` (the step with observation, mask, info and the partial resets of the
 rows that are done), after a warm-up of 50 calls. A frame is one env step of one row (B frames per
 batched step; the R robots of a row act in the same frame), so "robot-env steps" here = frames.
 Also printed: frames/s including the action sampling, the raw ``_step`` alone, and

@@ -25,7 +25,7 @@ class PolicyEvaluation(L.Callback):
     ``num_envs`` evaluation envs (seeds ``seed, seed + 1, ...``, the same episodes every time) with
     the deterministic policy (sampled where the env config's ``stochastic_evaluation`` says so: games;
     :func:`envs.episodes.play_episodes`) and log ``eval/episode_return`` and the
-    env's ``report`` entries (``eval/<name>``). Envs that can draw their plan (``render_routes``) log row 0's
+    env's ``info`` entries (``eval/<name>``). Envs that can draw their plan (``render_routes``) log row 0's
     as the image ``eval/routes``; envs that can draw a game (``render_game``, the hockey env) log a frame
     strip of row 0's first game as ``eval[/<name>]/game``; with ``video_frames``, envs that draw themselves
     (``render_frame``: hockey, vacuum, DVRP, gymnasium envs with ``render_mode: rgb_array``) log row 0's first

@@ -16,7 +16,7 @@ class Checks:
     per step of the DVRP env (counted on an H200, 2026-11-26). With ``defer`` set (the envs set it on every device
     but the CPU), a check ORs its flags on the device and :meth:`read` reads every pending check in one transfer,
     together with a flag the caller needs anyway: the env's done flags, once per ``step_and_maybe_reset``
-    (:meth:`envs.seeding.RowSeededEnv.any_done`), and its resets. The error is then raised after the faulty step
+    (:meth:`envs.seeding.NativeBatchedEnv.any_done`), and its resets. The error is then raised after the faulty step
     has run, inside the same ``step_and_maybe_reset`` call, so a collector never returns its data; the env's state
     is broken by then, as the run stops anyway. Without ``defer`` the check raises before the step changes
     anything.

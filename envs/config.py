@@ -37,7 +37,7 @@ class EnvConfig(ABC):
             flags (``[*B, 1]``) are shared by the agents; None for a single-agent env.
         evaluation_settings: ``{name: runtime settings}`` that ``pipelines.evaluate`` plays one table row
             per policy each (through the env's ``configure``, e.g. one opponent each); empty: one row as built.
-        outcome_keys: ``report`` entries that are 0/1 episode outcomes; ``pipelines.evaluate`` reports
+        outcome_keys: ``info`` entries that are 0/1 episode outcomes; ``pipelines.evaluate`` reports
             their means as ``<key>_rate`` (e.g. ``won_rate``).
         stochastic_evaluation: evaluations (``callbacks.PolicyEvaluation``, ``pipelines.evaluate``, videos) sample
             the policy's actions instead of playing its mode (the convention for Atari games: RL Zoo evaluates them
@@ -93,7 +93,7 @@ class EnvConfig(ABC):
 
     def hindsight(self, days: list[dict], seconds: float, workers: int = 1) -> dict[str, Tensor] | None:
         """The hindsight oracle's results on whole episodes known in advance (the env's ``export_days`` format):
-        ``{"episode_return": [E], <report key>: [E]}`` like a played policy's, solved in ``seconds`` per episode on
+        ``{"episode_return": [E], <info key>: [E]}`` like a played policy's, solved in ``seconds`` per episode on
         ``workers`` processes; None for an env without one (default). ``pipelines.evaluate`` adds it as the
         ``hindsight`` row and every policy's gap to it."""
         return None

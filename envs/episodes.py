@@ -4,7 +4,7 @@ by the training statistics (``modules.base``), the periodic evaluation (``callba
 
 An episode's results are its undiscounted return (``RewardSum``'s ``episode_reward`` at its last step; a
 multi-agent env's is the team's, summed over the agents, with each agent's own as ``agent<i>/episode_return``)
-and every entry the env reports under ``report`` at that step (an env's report is its own: the DVRP env's plan
+and every entry the env reports under ``info`` at that step (an env's info is its own: the DVRP env's plan
 cost and served customers, the hockey env's win / draw / loss; a per-agent entry is averaged over the agents,
 with each agent's own as ``agent<i>/<key>``).
 """
@@ -25,21 +25,21 @@ def episode_results(step: TensorDictBase, finished: Tensor) -> dict[str, Tensor]
 
     Args:
         step: the ``next`` entries of env steps, batch ``[*S]`` (e.g. a collected ``[B, T]`` batch's
-            ``("next",)``), with ``episode_reward`` ``[*S, 1]`` or ``[*S, R, 1]`` and optionally ``report``.
+            ``("next",)``), with ``episode_reward`` ``[*S, 1]`` or ``[*S, R, 1]`` and optionally ``info``.
         finished: bool ``[*S]``, the steps whose episode is counted (e.g. ``done``).
 
     Returns:
         ``{name: [N] float tensor}`` over the N finished episodes in ``finished``'s (row-major) order:
-        ``episode_return``, ``agent<i>/episode_return`` (multi-agent), ``<report key>`` and
-        ``agent<i>/<report key>`` (per-agent report entries).
+        ``episode_return``, ``agent<i>/episode_return`` (multi-agent), ``<info key>`` and
+        ``agent<i>/<info key>`` (per-agent info entries).
     """
     n = int(finished.sum())
     returns = step["episode_reward"][finished].float().reshape(n, -1)  # [N, R]
     out = {"episode_return": returns.sum(-1)}
     if returns.shape[1] > 1:
         out.update({f"agent{i}/episode_return": returns[:, i] for i in range(returns.shape[1])})
-    if "report" in step.keys():
-        for key, value in step["report"].items():
+    if "info" in step.keys():
+        for key, value in step["info"].items():
             value = value[finished].float().reshape(n, -1)  # [N, 1], or [N, R] per agent
             out[key] = value.mean(-1)
             if value.shape[1] > 1:

@@ -22,8 +22,8 @@ def make_env(config: EnvConfig, num_envs: int, seed: int, device: torch.device |
     (``{name: model}``, see ``EnvConfig.new_models``; shared, not copied) and the standard
     transforms: ``RewardSum`` (``episode_reward``, the undiscounted return of the running episode) unless the
     env writes ``episode_reward`` itself (``envs.gym.GymVectorEnv``, the native envs of
-    :class:`envs.seeding.RowSeededEnv`) and, where the env emits ``action_mask`` and its own ``rand_action`` does
-    not draw from it (as ``RowSeededEnv``'s does), ``ActionMask`` (keeps ``action_spec``'s mask current, so
+    :class:`envs.seeding.NativeBatchedEnv`) and, where the env emits ``action_mask`` and its own ``rand_action`` does
+    not draw from it (as ``NativeBatchedEnv``'s does), ``ActionMask`` (keeps ``action_spec``'s mask current, so
     ``rand_action`` and random rollouts respect it). An env that needs no transform is returned as built (no
     ``TransformedEnv`` layer, whose per-step cost shows on small batches); :func:`unwrap` gives the base env
     either way.

@@ -1,5 +1,6 @@
-"""Row-seeded batched envs: row b of an env seeded s plays exactly the episodes of a single env seeded
-s + b, so results do not depend on the batch size, and a resumed run can replay the episodes in progress. They
+"""Natively batched envs (one ``EnvBase`` steps B envs as tensors, no worker per env), seeded per env: env (row) b of
+a batch seeded s plays exactly the episodes of a single env seeded s + b, so results do not depend on the batch
+size, and a resumed run can replay the episodes in progress. They
 also keep their episodes' returns and draw masked random actions themselves, so ``envs.make_env`` wraps them in
 no TorchRL transform."""
 
@@ -20,7 +21,7 @@ from envs.episodes import masked_uniform
 
 
 class NewEpisodes(NamedTuple):
-    """The rows a reset starts new episodes in (:meth:`RowSeededEnv.start_episodes`).
+    """The rows a reset starts new episodes in (:meth:`NativeBatchedEnv.start_episodes`).
 
     Attributes:
         rows: bool ``[B]``. index: int64 ``[k]``, the reset rows. episode: int64 ``[k]``, the index of
@@ -33,7 +34,7 @@ class NewEpisodes(NamedTuple):
     keys: Tensor
 
 
-class RowSeededEnv(EnvBase):
+class NativeBatchedEnv(EnvBase):
     """Base of the native batched envs whose draws are keyed by (row seed, episode index) through the
     counter-based generator of :mod:`envs.rng` (``rng.episode_keys(row_seed, episode)``).
 
@@ -118,7 +119,7 @@ class RowSeededEnv(EnvBase):
         return True
 
     @property
-    def base_env(self) -> RowSeededEnv:
+    def base_env(self) -> NativeBatchedEnv:
         """This env: ``envs.make_env`` wraps it in no transform, and this is ``TransformedEnv.base_env``'s answer for
         it, so that code reaching the env under its transforms (e.g. the workers' ``env.base_env.<method>`` calls)
         works with it as it is."""

@@ -20,14 +20,14 @@ from torchrl.data import Binary, Categorical, Composite, Unbounded
 from envs import rng
 from envs.compat import new_tensordict
 from envs.config import EnvConfig, require
-from envs.seeding import RowSeededEnv
+from envs.seeding import NativeBatchedEnv
 from envs.vacuum_render import draw_grid
 
 NUM_ACTIONS = 5
 STAY, UP, DOWN, LEFT, RIGHT = range(NUM_ACTIONS)
 # (row, column) change of each action; row 0 is the top row, so "up" decreases the row
 ACTION_DELTAS = ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1))
-REPORT_KEYS = ("cleaned_fraction", "collisions", "energy_left", "steps")
+INFO_KEYS = ("cleaned_fraction", "collisions", "energy_left", "steps")
 _POSITION_STREAM = 0  # rng stream of the initial positions
 
 
@@ -109,7 +109,7 @@ class VacuumConfig(EnvConfig):
         return VacuumEnv(self, num_envs=num_envs, seed=seed, device=device)
 
 
-class VacuumEnv(RowSeededEnv):
+class VacuumEnv(NativeBatchedEnv):
     """B independent robot-vacuum episodes stepping as one batch (``batch_size=[B]``), R robots each.
 
     Cells are numbered row-major, ``cell = row * n + column``, row 0 at the top.
@@ -142,7 +142,7 @@ class VacuumEnv(RowSeededEnv):
         * ``agent_id`` ``[B, R, R]``: one-hot of the robot index (for a shared network that wants it).
         * ``action_mask`` bool ``[B, R, 5]`` (True = allowed): stay always; a move if it stays on the
           grid and the robot is not stopped (a stopped robot may only stay).
-        * ``report``: ``cleaned_fraction`` (clean cells / n^2), ``collisions`` (colliding pairs so far in
+        * ``info``: ``cleaned_fraction`` (clean cells / n^2), ``collisions`` (colliding pairs so far in
           the episode), ``energy_left`` (mean over robots of energy / initial energy) and ``steps`` (steps
           taken in the episode), each ``[B, 1]``; ``robot_energy_left`` ``[B, R]`` (each robot's energy /
           its initial energy).
@@ -254,7 +254,7 @@ class VacuumEnv(RowSeededEnv):
             observation=Unbounded(shape=(b, r, f), **f32),
             agent_id=Unbounded(shape=(b, r, r), **f32),
             action_mask=Binary(n=NUM_ACTIONS, shape=(b, r, NUM_ACTIONS), dtype=torch.bool, device=self.device),
-            report=Composite({**{key: Unbounded(shape=(b, 1), **f32) for key in REPORT_KEYS},
+            info=Composite({**{key: Unbounded(shape=(b, 1), **f32) for key in INFO_KEYS},
                               "robot_energy_left": Unbounded(shape=(b, r), **f32)}, shape=(b,)),
             shape=(b,),
         )
@@ -359,7 +359,7 @@ class VacuumEnv(RowSeededEnv):
         # A partial reset computes only the new rows, into a scratch buffer: TorchRL's reset takes the
         # rows that are not reset from its input (``_update_during_reset`` merges into new tensors), so
         # the other rows of this buffer (stale, finite) are never seen, and no full-size copy is made.
-        # The small entries (mask, report, returns) are computed for every row: maybe_reset takes them whole.
+        # The small entries (mask, info, returns) are computed for every row: maybe_reset takes them whole.
         n = idx.shape[0]
         fresh = self._features(position, energy, self._fresh_dirt[:n], self._fresh_t[:n])
         return self._observation(self._reset_rows.index_copy_(0, idx, fresh))
@@ -368,7 +368,7 @@ class VacuumEnv(RowSeededEnv):
         """``EnvBase.maybe_reset`` (start new episodes in the finished rows of ``step_mdp``'s output), with the
         same result (``tests/envs/test_vacuum.py``) at less cost: TorchRL merges its reset output into the step's
         with a ``where`` over every entry (1.7 of 4.6 ms of a B = 4096 step here); this env's state-derived
-        entries (mask, report, returns) are already current for every row after :meth:`_reset`, so only the
+        entries (mask, info, returns) are already current for every row after :meth:`_reset`, so only the
         observation is merged, by copying the finished rows into a copy of it. (The last ``action`` stays as it
         was in every row; TorchRL zeroes it in the rows a partial reset starts. The policy writes the next one
         either way.)"""
@@ -486,7 +486,7 @@ class VacuumEnv(RowSeededEnv):
         key = (self.position * 2).add_(self.energy > 0)  # cell * 2 + is_active
         mask = self._mask_table.index_select(0, key.view(-1)).view(b, -1, NUM_ACTIONS)
         energy_left = self.energy / self._max_energy_rows
-        report = {
+        info = {
             "cleaned_fraction": (1.0 - self._dirty / c).unsqueeze(-1),  # = 1 - dirt.mean(-1), bit for bit
             "collisions": self.collisions.unsqueeze(-1).clone(),
             "energy_left": energy_left.mean(-1, keepdim=True),
@@ -496,7 +496,7 @@ class VacuumEnv(RowSeededEnv):
         # _new_unsafe skips the checks of TensorDict(...): every entry is built here with batch size [B]
         return new_tensordict(
             {"observation": observation, "agent_id": self._agent_id.clone(), "action_mask": mask,
-             "report": report, "episode_reward": self.episode_returns(step.get("reward")), **step},
+             "info": info, "episode_reward": self.episode_returns(step.get("reward")), **step},
             self.batch_size, self.device,
         )
 

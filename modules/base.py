@@ -39,7 +39,7 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
     Metrics go through :meth:`record` (accumulated, then averaged) and :meth:`flush_metrics`, which
     reduces them over ranks (mean) and writes them to every logger with the x-axis = collected frames
     (``frames`` = env steps summed over envs and ranks). Namespaces: ``rollout/`` (finished
-    episodes: ``episode_return`` and every key the env reports under ``report``), ``train/``
+    episodes: ``episode_return`` and every key the env reports under ``info``), ``train/``
     (losses and diagnostics), ``time/`` (``frames_per_s``, ``episodes_per_min``, ``episodes_per_hour`` (long
     games), ``frames``,
     ``optim_steps``).
@@ -129,7 +129,7 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
         """Count frames and finished episodes of a collected batch ``[B, T]``; returns the batch.
 
         The results of the episodes that finished in the batch (:func:`envs.episodes.episode_results`: the
-        return, a multi-agent env's per agent too, and every ``report`` entry) are averaged under
+        return, a multi-agent env's per agent too, and every ``info`` entry) are averaged under
         ``rollout/<name>`` (``rollout/episode_return``, ``rollout/agent<i>/episode_return``, ``rollout/<key>``).
         """
         self.flush_metrics()

@@ -143,7 +143,7 @@ def require_multi_agent(num_agents: int | None, network: str, env: str = "the en
     """
     if num_agents is None:
         raise ValueError(f"{NETWORK.removesuffix('.init_args')}.class_path={network} is a multi-agent network, but "
-                         f"{env} has one agent (env.num_agents=None): use modules.dqn.QNetwork")
+                         f"{env} has one agent (env.num_agents=None): use modules.q_networks.QNetwork")
 
 
 def require_keys(specs: EnvSpecs, key: str, entries: Sequence[NestedKey], hint: str = "") -> None:

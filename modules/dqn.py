@@ -2,8 +2,9 @@
 the usual options: double DQN (van Hasselt et al. 2016, AAAI), a dueling head (Wang et al. 2016,
 ICML), n-step returns (TorchRL's ``MultiStepTransform`` on the replay buffer), hard or soft target
 updates, gradient clipping, prioritised-replay weights. The update is :func:`modules.q_values.dqn_loss`,
-tested equal to TorchRL's ``DQNLoss``. Its Q-networks are in :mod:`modules.q_networks` (configs may name them
-here, as ``modules.dqn.QNetwork``)."""
+tested equal to TorchRL's ``DQNLoss``. Its Q-networks are in :mod:`modules.q_networks` (configs name them
+there, ``modules.q_networks.QNetwork``: a config names a class by the path ``--help`` lists, the shortest one of its
+defining module)."""
 
 from __future__ import annotations
 
@@ -26,11 +27,10 @@ from modules.compatibility import (
     require_num_agents,
 )
 from modules.policy import TensorPolicy
-from modules.q_networks import MultiAgentQNetwork, QNetwork
 from modules.q_values import EpsilonGreedyQPolicy, dqn_loss
 from modules.target import TargetNetwork
 
-__all__ = ["DQNModule", "MultiAgentQNetwork", "QNetwork"]  # (the networks as configs name them)
+__all__ = ["DQNModule"]
 
 
 class DQNModule(RLModule):
@@ -45,10 +45,10 @@ class DQNModule(RLModule):
     Multi-agent envs (``env.num_agents``): the policy acts for every agent of every env in one forward
     pass (action ``[B, R]``); the loss sees single-agent transitions (the replay buffer holds one row
     per (env, agent)), first passed through ``network.training_batch(batch)`` when the network has it
-    (e.g. :class:`MultiAgentQNetwork` without parameter sharing).
+    (e.g. :class:`~modules.q_networks.MultiAgentQNetwork` without parameter sharing).
 
     Args:
-        network: Q-network (``observation`` -> action values ``[*B, A]``), e.g. :class:`QNetwork`.
+        network: Q-network (``observation`` -> action values ``[*B, A]``), e.g. :class:`~modules.q_networks.QNetwork`.
         lr: Adam learning rate.
         gamma: discount per env step.
         n_steps: n of the n-step return (1 = one-step TD).

@@ -1,6 +1,6 @@
 """The Q-networks of :class:`modules.dqn.DQNModule`: an MLP with an optional dueling head, and its multi-agent
-form (one network shared by all agents, or one per agent). Configs name them as ``modules.dqn.QNetwork`` and
-``modules.dqn.MultiAgentQNetwork`` (re-exported there) or by this module's path."""
+form (one network shared by all agents, or one per agent). Configs name them by this module's path,
+``modules.q_networks.QNetwork`` and ``modules.q_networks.MultiAgentQNetwork``."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ class MultiAgentQNetwork(nn.Module):
         Raises:
             ValueError: a single-agent env (``num_agents`` None), or another number of agents than the one given.
         """
-        require_multi_agent(num_agents, "modules.dqn.MultiAgentQNetwork")
+        require_multi_agent(num_agents, "modules.q_networks.MultiAgentQNetwork")
         if self.num_agents is None:
             self.num_agents = num_agents
             if not self.heads:

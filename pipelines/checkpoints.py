@@ -10,6 +10,7 @@ import errno
 import glob
 import importlib
 import os
+import sys
 import tempfile
 from typing import Any
 
@@ -19,6 +20,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch import nn
 
 from envs import EnvConfig
+from pipelines.import_policy import PROJECT_PACKAGES
 from pipelines.parser import check_config_inputs
 from pipelines.renamed import upgrade_config
 from pipelines.settings import MISSING, settings_diff
@@ -144,7 +146,8 @@ def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...]
     """Check, before anything is built or written, that ``path`` is a training checkpoint of this config's kind:
     it exists, reads as tensors and plain data (``weights_only``), is a Lightning checkpoint, and was trained
     with the config's model class, networks, data module class and env (as the checkpoint's record of its config,
-    ``checkpoint[CONFIG_KEY]``, says, with renamed keys in their new places; checkpoints without that record are
+    ``checkpoint[CONFIG_KEY]``, says, with renamed keys in their new places and two import paths of one class taken
+    as the same class; checkpoints without that record are
     checked by the model class in ``hyper_parameters`` and the data module entry). Other keys (learning rate,
     ``total_frames``, callbacks...) may change on resume.
 
@@ -169,7 +172,8 @@ def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...]
     if isinstance(trained, dict):
         trained = upgrade_config(trained)[0]  # recorded before a key was renamed or moved: compared in its new place
         for entry in keys:
-            differences = settings_diff(_get(trained, entry), _get(config, entry), ".".join(entry))
+            differences = [d for d in settings_diff(_get(trained, entry), _get(config, entry), ".".join(entry))
+                           if not _same_class(*d)]
             if differences:
                 key, was, now = (None if v is MISSING else v for v in differences[0])
                 raise ValueError(f"--ckpt_path={path!r} was trained with another config: {key}={was!r} there, "
@@ -185,6 +189,27 @@ def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...]
         raise ValueError(f"--ckpt_path={path!r} was trained with data module {trained_data[0]}; this config's data "
                          f"module is {data_class}")
     return _frames(checkpoint)
+
+
+def _same_class(key: str, was: object, now: object) -> bool:
+    """Whether two values of a ``class_path`` key name the same class under two import paths (e.g. a re-export,
+    ``modules.dqn.QNetwork``, and the defining module's path, ``modules.q_networks.QNetwork``)."""
+    if not (key.endswith("class_path") and isinstance(was, str) and isinstance(now, str)):
+        return False
+    classes = [_resolved(path) for path in (was, now)]
+    return classes[0] is not None and classes[0] is classes[1]
+
+
+def _resolved(path: str) -> type | None:
+    """The class at the import path ``path``: imported only from this project's packages (a recorded config's paths
+    run no other code), else looked up among the modules already imported; None when it is not found."""
+    module_name, _, name = path.rpartition(".")
+    module = sys.modules.get(module_name)
+    if module is None and module_name.split(".")[0] in PROJECT_PACKAGES:
+        with contextlib.suppress(ImportError):
+            module = importlib.import_module(module_name)
+    cls = getattr(module, name, None)
+    return cls if isinstance(cls, type) else None
 
 
 def run_configs(path: str) -> tuple[list[str], str]:

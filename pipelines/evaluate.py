@@ -11,7 +11,7 @@ trained one (deterministic; sampled for games, ``EnvConfig.stochastic_evaluation
 (``EnvConfig.baseline_policies``: ``random`` for any env, the scripted offer rules on DVRP), and with
 ``--compare_ckpt`` a second trained run (its own configs, e.g. an ablation) as the row
 ``<name>[<its last config's stem, or its run folder>]``. A row has the mean return with its standard error and the
-mean of every ``report`` entry the env gives at an episode's end (``<key>_rate`` for 0/1 outcomes such as the hockey
+mean of every ``info`` entry the env gives at an episode's end (``<key>_rate`` for 0/1 outcomes such as the hockey
 env's ``win``); the table adds the paired difference to the trained policy. Envs with evaluation settings (hockey: the
 weak and strong opponents; ``--settings`` chooses others) get one table per setting. The last stdout line is one JSON
 object: ``{policy: row}``, or ``{policy: {setting: row}}`` with settings.

@@ -4,7 +4,7 @@ value (:func:`config_exit`, :func:`config_error`).
 
 argparse (and so jsonargparse) accepts any unique prefix of an option by default: ``--trainer.max_epoch=2`` was
 taken as ``--trainer.max_epochs``. Here an option is only ever its full name. A parse error is printed as one line
-naming the config key (``error: model.init_args.network.init_args.hiden: no such key of modules.dqn.QNetwork (did
+naming the config key (``error: model.init_args.network.init_args.hiden: no such key of modules.q_networks.QNetwork (did
 you mean hidden_dims?)``) and a pointer to ``--help``, instead of the usage block and jsonargparse's nested
 report of every union member it tried.
 """
@@ -103,7 +103,9 @@ def one_line(message: str, options: list[str] = ()) -> str | None:
                 return (f"{'.'.join(path)}: a section now; the value {value} goes to "
                         f"{new_place(path[:-1], retyped)} (a key of {class_path})")
             if after_class and renamed_class(class_path):
-                return f"{'.'.join([*path[:-1], 'class_path'])}={class_path!r}: renamed {renamed_class(class_path)}"
+                new = renamed_class(class_path)
+                said = "moved to" if new.rpartition(".")[2] == class_path.rpartition(".")[2] else "renamed"
+                return f"{'.'.join([*path[:-1], 'class_path'])}={class_path!r}: {said} {new}"
             if after_class:  # the class itself was refused (not importable, not allowed)
                 return f"{'.'.join([*path[:-1], 'class_path'])}={class_path!r}: {leaf}"
             return f"{'.'.join(path)}: {leaf}" if path else leaf

@@ -34,10 +34,13 @@ RENAMED_KEYS: dict[str, dict[str, str]] = {
     "OffPolicyDataModule": {**_COLLECTOR, **_REPLAY},
 }
 
-# classes renamed (by class name): the new class path
+# classes renamed (by class name) or moved (by their old class path): the new class path
 RENAMED_CLASSES: dict[str, str] = {
     # what it retrains is the DVRP config's flexibility model (modules.flexibility.FlexibilityModel)
     "EmbeddingUpdate": "callbacks.FlexibilityUpdate",
+    # one class path per class, the defining module's (as --help lists it): no re-export in modules.dqn
+    "modules.dqn.QNetwork": "modules.q_networks.QNetwork",
+    "modules.dqn.MultiAgentQNetwork": "modules.q_networks.MultiAgentQNetwork",
 }
 
 # keys of a nested class that its owner now gives when it builds it (the arguments of a ``Callable[[...], Class]``
@@ -61,7 +64,8 @@ def renamed_key(class_path: str, key: str) -> str | None:
 
 def renamed_class(class_path: str) -> str | None:
     """The new class path of the class at ``class_path`` (short or long), or None when it was not renamed."""
-    return RENAMED_CLASSES.get(str(class_path).rpartition(".")[2])
+    path = str(class_path)
+    return RENAMED_CLASSES.get(path) or RENAMED_CLASSES.get(path.rpartition(".")[2])
 
 
 def retyped_key(class_path: str, key: str) -> str | None:
@@ -92,6 +96,10 @@ def upgrade_config(config: dict) -> tuple[dict, list[str]]:
     A key whose new place is already set is left where it is, for the parser to refuse.
     """
     config, moved = copy.deepcopy(config), []
+    for where, entry in _class_entries(config):  # every class_path, at any depth (e.g. a module's network)
+        if renamed_class(entry["class_path"]):
+            moved.append(f"{where}.class_path {entry['class_path']} -> {renamed_class(entry['class_path'])}")
+            entry["class_path"] = renamed_class(entry["class_path"])
     callbacks = (config.get("trainer") or {}).get("callbacks") if isinstance(config.get("trainer"), dict) else None
     entries = [(section, config.get(section)) for section in ("model", "data")]
     data_args = (config.get("data") or {}).get("init_args") if isinstance(config.get("data"), dict) else None
@@ -99,12 +107,7 @@ def upgrade_config(config: dict) -> tuple[dict, list[str]]:
         entries.append(("data.init_args.env", data_args.get("env")))
     entries += [(f"trainer.callbacks.{i}", c) for i, c in enumerate(callbacks if isinstance(callbacks, list) else [])]
     for where, entry in entries:
-        if not isinstance(entry, dict):
-            continue
-        if renamed_class(entry.get("class_path", "")):
-            moved.append(f"{where}.class_path {entry['class_path']} -> {renamed_class(entry['class_path'])}")
-            entry["class_path"] = renamed_class(entry["class_path"])
-        if not isinstance(entry.get("init_args"), dict):
+        if not isinstance(entry, dict) or not isinstance(entry.get("init_args"), dict):
             continue
         name, init = str(entry.get("class_path", "")).rpartition(".")[2], entry["init_args"]
         for old, new in RETYPED_KEYS.get(name, {}).items():
@@ -136,3 +139,17 @@ def _move(root: dict, target: str, init: dict, old: str) -> bool:
         return False
     node[leaf] = init.pop(old)
     return True
+
+
+def _class_entries(node: object, where: str = "") -> list[tuple[str, dict]]:
+    """Every mapping with a string ``class_path`` under ``node``, with its dotted place (list entries by index)."""
+    found = []
+    if isinstance(node, dict):
+        if isinstance(node.get("class_path"), str):
+            found.append((where, node))
+        for key, value in node.items():
+            found += _class_entries(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _class_entries(value, f"{where}.{i}")
+    return found

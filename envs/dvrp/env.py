@@ -25,14 +25,14 @@ from envs.dvrp.neural_oracle import NeuralOracle, RoutingSolver
 from envs.dvrp.oracle import CostOracle, InsertionOracle
 from envs.dvrp.reader import FileInstances
 from envs.dvrp.render import plot_routes
-from envs.seeding import RowSeededEnv
+from envs.seeding import NativeBatchedEnv
 
 UNSEEN, SERVED, LOST = 0, 1, 2
 COORD_SCALE = 100.0  # km; coordinates are divided by it in observations
 STATIC_FEATURES = 7  # + K attributes: x, y, demand/Q, window start/H, end/H, service/H, slot/H
 OFFER_FEATURES = 8  # + 1 (predicted acceptance) with a flexibility model
 VEHICLE_FEATURES = 4
-REPORT_KEYS = ("plan_cost_km", "served", "failure_rate", "refused")
+INFO_KEYS = ("plan_cost_km", "served", "failure_rate", "refused")
 _PACKED = ("demand", "service", "ready", "due", "slot")  # packed customer columns 2..6 (after x, y)
 _DEMAND, _SERVICE, _READY, _DUE, _SLOT, _ATTR = 2, 3, 4, 5, 6, 7
 
@@ -59,7 +59,7 @@ class DVRPParameters(Protocol):
         """K."""
 
 
-class DVRPEnv(RowSeededEnv):
+class DVRPEnv(NativeBatchedEnv):
     """B independent dynamic VRPTW episodes stepping as one batch (``batch_size=[B]``).
 
     Actions:
@@ -93,7 +93,7 @@ class DVRPEnv(RowSeededEnv):
           ``[B, K]``, int64 ``shift`` ``[B]`` (|s|), bool ``offered`` (False for a reject and at reset),
           bool ``accepted`` and int64 ``kind`` ``[B]`` (the hidden type, for diagnostics only).
         * ``offer_cost`` ``[B, A]``: insertion cost of each offer (km), 0 where masked and for reject.
-        * ``report``: ``plan_cost_km``, ``served``, ``failure_rate`` (lost / N) and ``refused`` (offers
+        * ``info``: ``plan_cost_km``, ``served``, ``failure_rate`` (lost / N) and ``refused`` (offers
           declined by the customer), each ``[B, 1]``, so far in the episode; final at ``done``.
 
     Constraints (kept by the oracle): load <= Q per route; service starts inside each agreed window
@@ -205,7 +205,7 @@ class DVRPEnv(RowSeededEnv):
             depot=Unbounded(shape=(b, 2), **f32),
             action_mask=Binary(n=a, shape=(b, a), dtype=torch.bool, device=self.device),
             offer_cost=Unbounded(shape=(b, a), **f32),
-            report=Composite({key: Unbounded(shape=(b, 1), **f32) for key in REPORT_KEYS}, shape=(b,)),
+            info=Composite({key: Unbounded(shape=(b, 1), **f32) for key in INFO_KEYS}, shape=(b,)),
             **outcome,
             shape=(b,),
         )
@@ -225,7 +225,7 @@ class DVRPEnv(RowSeededEnv):
         return state
 
     def load_resume_state(self, state: dict[str, Tensor], keep_row_seeds: bool = False) -> bool:
-        """Restore :meth:`resume_state` (see :meth:`RowSeededEnv.load_resume_state`), with the saved
+        """Restore :meth:`resume_state` (see :meth:`NativeBatchedEnv.load_resume_state`), with the saved
         predictions when the rows play the saved rows' episodes (rows with other seeds recompute theirs
         with the current model).
 
@@ -363,7 +363,7 @@ class DVRPEnv(RowSeededEnv):
             depot=(inst["depot"] / COORD_SCALE).float(),
             action_mask=self.mask,
             offer_cost=self.offer_cost,
-            report=TensorDict(plan_cost_km=plan_cost, served=served, failure_rate=(t - served) / n,
+            info=TensorDict(plan_cost_km=plan_cost, served=served, failure_rate=(t - served) / n,
                               refused=refused, batch_size=[b]),
             **outcome,
             batch_size=[b],

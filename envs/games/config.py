@@ -2,7 +2,7 @@
 emulators of :mod:`envs.games.emulators`, one gymnasium vector env) under the standard image preprocessing as
 TorchRL transforms: channels first, grayscale, resize to ``screen_size`` (:class:`ResizeFrames`), a stack of the
 last ``frame_stack`` frames (``CatFrames``) and reward clipping to [-1, 1] for the loss (``RewardClipping``),
-while ``episode_reward`` and ``report/game_score`` keep the raw game score."""
+while ``episode_reward`` and ``info/game_score`` keep the raw game score."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ class GameVectorEnv(GymVectorEnv):
     * ``end_of_life`` ``[B, 1]`` bool (with ``episodic_life``): a life was lost in this step, or the game ended.
       PPO ends its value targets there (Mnih et al. 2015's episodic life) while the game goes on, so
       ``episode_reward`` is the whole game's score;
-    * ``report/game_score`` ``[B, 1]``: the raw game score so far (``rollout/game_score`` at a game's end).
+    * ``info/game_score`` ``[B, 1]``: the raw game score so far (``rollout/game_score`` at a game's end).
 
     Args:
         game: the game's name (for messages). num_envs: B. device: where the TensorDicts live.
@@ -95,7 +95,7 @@ class GameVectorEnv(GymVectorEnv):
         spec = self.observation_spec
         if episodic_life:
             spec["end_of_life"] = self.full_done_spec["done"].clone()
-        spec["report"] = Composite(game_score=Unbounded(shape=(num_envs, 1), dtype=self._reward_dtype,
+        spec["info"] = Composite(game_score=Unbounded(shape=(num_envs, 1), dtype=self._reward_dtype,
                                                         device=self.device), shape=(num_envs,), device=self.device)
 
     def _on_info(self, info: dict, rows: Tensor | None) -> None:
@@ -110,13 +110,13 @@ class GameVectorEnv(GymVectorEnv):
             self._lives = torch.where(rows, lives, self._lives)
 
     def _extra(self, out: dict, done: Tensor | None) -> None:
-        """``end_of_life`` and ``report/game_score`` of a step (``done`` given) or a reset (None)."""
+        """``end_of_life`` and ``info/game_score`` of a step (``done`` given) or a reset (None)."""
         score = out["episode_reward"]
-        out["report"] = TensorDict({"game_score": score}, batch_size=self.batch_size, device=self.device)
+        out["info"] = TensorDict({"game_score": score}, batch_size=self.batch_size, device=self.device)
         if self.episodic_life:
             out["end_of_life"] = torch.zeros_like(self._eol) if done is None else self._eol | done
 
-    # TorchRL's reset of finished rows through _reset (which writes end_of_life and report), not the vector env's
+    # TorchRL's reset of finished rows through _reset (which writes end_of_life and info), not the vector env's
     # shortcut (an env without transforms: backend ale_vector with clip_rewards off)
     maybe_reset = EnvBase.maybe_reset
 
@@ -142,7 +142,7 @@ class GameConfig(EnvConfig):
     """An emulated game (stable-retro or ALE) with the standard Atari preprocessing (of Mnih et al. 2015 and
     Machado et al. 2018): observations ``pixels`` ``[frame_stack, screen_size, screen_size]`` uint8 (grayscale, the
     newest frame last), a discrete action ``[B]`` int64, rewards clipped to [-1, 1], and the raw game score in
-    ``episode_reward`` and ``report/game_score``.
+    ``episode_reward`` and ``info/game_score``.
 
     stable-retro games run one emulator per process: a retro env of one row steps in this process (the rollout
     workers' case, ``data.collector.workers = data.collector.num_envs``), one of several rows (or a second env in a

@@ -74,7 +74,7 @@ OPPONENTS = ("static", "weak", "strong", "policy")
 STATIC, WEAK, STRONG, POLICY = range(4)
 OPPONENT_GAINS = {"weak": 0.5, "strong": 10.0}  # BasicOpponent's proportional gains
 PHASE_STEP_MAX = 0.2  # BasicOpponent's wobble phase advances by uniform(0, 0.2) rad per step
-REPORT_KEYS = ("winner", "won", "lost", "drawn", "steps")
+INFO_KEYS = ("winner", "won", "lost", "drawn", "steps")
 OBSERVATION_SIZE = 18
 ACTION_SIZE = 4
 

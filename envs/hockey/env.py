@@ -20,6 +20,7 @@ from envs.hockey.constants import (
     CLOSENESS_PER_METRE_STEP,
     DISCRETE_ACTIONS,
     GOAL_HALF_WIDTH,
+    INFO_KEYS,
     MAX_PUCK_SPEED,
     MAX_TIME_KEEP_PUCK,
     MIRROR_INDEX,
@@ -34,7 +35,6 @@ from envs.hockey.constants import (
     PLAYER_START,
     POLICY,
     PUCK_Y_LIMIT,
-    REPORT_KEYS,
     SHOT_SPEED,
     TRAIN_DEFENSE,
     Mode,
@@ -55,7 +55,7 @@ from envs.hockey.puck import (
 from envs.hockey.rackets import move_rackets
 from envs.hockey.render import draw_frame
 from envs.hockey.render import render_game as draw_game
-from envs.seeding import RowSeededEnv
+from envs.seeding import NativeBatchedEnv
 
 _U_PLAYER2_X, _U_PLAYER2_Y, _U_PUCK_X, _U_PUCK_Y, _U_SHOT_Y, _U_PHASE = range(6)
 _RESET_STREAM, _PHASE_STREAM = 0, 1
@@ -78,7 +78,7 @@ class HockeyParameters(Protocol):
     w_direction: float
 
 
-class HockeyEnv(RowSeededEnv):
+class HockeyEnv(NativeBatchedEnv):
     """B independent hockey games stepping as one batch (``batch_size=[B]``): the agent plays player 1 (left
     half, defends the goal at x < 0), player 2 is driven inside the step by each row's opponent.
 
@@ -97,7 +97,7 @@ class HockeyEnv(RowSeededEnv):
           ``obs_agent_two``: positions and velocities point-mirrored through the centre, blocks swapped), so
           one policy can play either side: ``observation_opponent`` of a state equals ``observation`` of the
           state rotated by pi with the players exchanged.
-        * ``report``: ``winner`` (1 the agent scored, -1 the opponent scored, 0 none yet or a draw), ``won``,
+        * ``info``: ``winner`` (1 the agent scored, -1 the opponent scored, 0 none yet or a draw), ``won``,
           ``lost``, ``drawn`` (0/1; ``drawn`` = no goal, meaningful at the episode's end) and ``steps`` (steps of
           the episode so far), each ``[B, 1]``. Averaged over finished episodes they give the rates of games
           won, lost and drawn (logged as ``rollout/won``, ``eval/weak/lost`` ...: never a ``loss`` beside
@@ -215,7 +215,7 @@ class HockeyEnv(RowSeededEnv):
         self.observation_spec = Composite(
             observation=Unbounded(shape=(b, OBSERVATION_SIZE), **f32),
             observation_opponent=Unbounded(shape=(b, OBSERVATION_SIZE), **f32),
-            report=Composite({key: Unbounded(shape=(b, 1), **f32) for key in REPORT_KEYS}, shape=(b,)),
+            info=Composite({key: Unbounded(shape=(b, 1), **f32) for key in INFO_KEYS}, shape=(b,)),
             shape=(b,),
         )
         if self.config.discrete_actions:
@@ -534,13 +534,13 @@ class HockeyEnv(RowSeededEnv):
         return rows.t().contiguous(), self._opponent_rows.t().contiguous()
 
     def _output(self, winner: Tensor, reward: Tensor | None = None, **flags: Tensor) -> TensorDict:
-        """The TensorDict of the current state: observations, report, the running episodes' returns, and ``reward``
+        """The TensorDict of the current state: observations, info, the running episodes' returns, and ``reward``
         and the done ``flags`` of a step."""
         observation, opponent = self.observation_of_state()
         win, loss = (winner > 0).float(), (winner < 0).float()
-        report = {"winner": winner, "won": win, "lost": loss, "drawn": 1.0 - win - loss,
+        info = {"winner": winner, "won": win, "lost": loss, "drawn": 1.0 - win - loss,
                   "steps": self.t.unsqueeze(-1).float()}
-        out = {"observation": observation, "observation_opponent": opponent, "report": report,
+        out = {"observation": observation, "observation_opponent": opponent, "info": info,
                "episode_reward": self.episode_returns(reward), **flags}
         if reward is not None:
             out["reward"] = reward

@@ -12,10 +12,10 @@ from torchrl.data import Binary, Categorical, Composite, Unbounded
 from envs import rng
 from envs.routing import construction
 from envs.routing.problem import distance_matrix
-from envs.seeding import RowSeededEnv
+from envs.seeding import NativeBatchedEnv
 
 NODE_FIELDS = ("demand", "service", "ready", "due")  # columns 2..5 of ``nodes`` after x, y
-REPORT_KEYS = ("route_km", "unserved", "feasible")
+INFO_KEYS = ("route_km", "unserved", "feasible")
 
 
 class ProblemSource(Protocol):
@@ -26,7 +26,7 @@ class ProblemSource(Protocol):
     def sample(self, key: Tensor) -> TensorDict: ...
 
 
-class VRPTWEnv(RowSeededEnv):
+class VRPTWEnv(NativeBatchedEnv):
     """B VRPTW instances built into plans one node at a time (``batch_size=[B]``).
 
     The rules are :mod:`envs.routing.construction` (the same functions the neural oracle decodes with).
@@ -43,7 +43,7 @@ class VRPTWEnv(RowSeededEnv):
         * ``vehicle`` ``[B, 4]``: time after service at the current node, route load, routes started,
           distance so far (km).
         * ``action_mask`` bool ``[B, 1 + N]`` (True = allowed): see the construction rules.
-        * ``report``: ``route_km``, ``unserved`` (customers left at a dead end) and ``feasible``
+        * ``info``: ``route_km``, ``unserved`` (customers left at a dead end) and ``feasible``
           (1.0 / 0.0), each ``[B, 1]``.
 
     Constraints: capacity, service start inside [ready, due], back at the depot by H, at most M routes.
@@ -52,7 +52,7 @@ class VRPTWEnv(RowSeededEnv):
     that ends in a dead end, ``[B, 1]``.
 
     Termination: ``done = terminated`` when all customers are served and the vehicle is back at the
-    depot, or at a dead end (``report.feasible`` = 0).
+    depot, or at a dead end (``info.feasible`` = 0).
 
     Seeding: row b of an env seeded s draws the instances of keys ``episode_keys(s + b, episode)``.
 
@@ -83,7 +83,7 @@ class VRPTWEnv(RowSeededEnv):
             position=Unbounded(shape=(b,), dtype=torch.int64, device=self.device),
             vehicle=Unbounded(shape=(b, 4), **f32),
             action_mask=Binary(n=s, shape=(b, s), dtype=torch.bool, device=self.device),
-            report=Composite({k: Unbounded(shape=(b, 1), **f32) for k in REPORT_KEYS}, shape=(b,)),
+            info=Composite({k: Unbounded(shape=(b, 1), **f32) for k in INFO_KEYS}, shape=(b,)),
             shape=(b,),
         )
         self.action_spec = Categorical(n=s, shape=(b,), device=self.device)
@@ -121,7 +121,7 @@ class VRPTWEnv(RowSeededEnv):
         nodes = torch.cat([p["loc"], torch.stack([p[k] for k in NODE_FIELDS], -1)], -1).float()
         instance = torch.stack([p["horizon"], p["capacity"], p["num_vehicles"].to(p["horizon"].dtype)], -1).float()
         vehicle = torch.stack([s.time, s.load, s.used.to(s.time.dtype), s.length], -1).float()
-        report = TensorDict(route_km=s.length.float().unsqueeze(-1), unserved=s.unserved().float().unsqueeze(-1),
+        info = TensorDict(route_km=s.length.float().unsqueeze(-1), unserved=s.unserved().float().unsqueeze(-1),
                             feasible=s.feasible.float().unsqueeze(-1), batch_size=[b])
         return TensorDict(nodes=nodes, present=p["present"].clone(), instance=instance, position=s.pos.clone(),
-                          vehicle=vehicle, action_mask=s.mask.clone(), report=report, batch_size=[b])
+                          vehicle=vehicle, action_mask=s.mask.clone(), info=info, batch_size=[b])

@@ -188,7 +188,7 @@ def update_priorities(buffer: TensorDictReplayBuffer, sample: TensorDict) -> Non
 def split_agents(batch: TensorDict, num_agents: int) -> TensorDict:
     """One row per (env, agent): a collected multi-agent batch ``[B, T]`` -> ``[B * R, T]``.
 
-    The done flags (``done``, ``terminated``, ``truncated``) and the ``report`` and ``collector`` entries
+    The done flags (``done``, ``terminated``, ``truncated``) and the ``info`` and ``collector`` entries
     are the env's: they are repeated for every agent. Every other entry has the agent dim
     (``[B, T, R, ...]``: observation, action, reward, action values, ...) and is split along it. Row
     ``b * R + i`` is agent i of env b, so an n-step return over a row is agent i's own, cut at its env's
@@ -205,12 +205,12 @@ def split_agents(batch: TensorDict, num_agents: int) -> TensorDict:
         key = key if isinstance(key, tuple) else (key,)
         value = batch.get(key)
         inner = key[1:] if key[0] == "next" else key
-        if inner[-1] in _DONE_KEYS or inner[0] in ("report", "collector"):  # [B, T, ...] -> [B, R, T, ...]
+        if inner[-1] in _DONE_KEYS or inner[0] in ("info", "collector"):  # [B, T, ...] -> [B, R, T, ...]
             value = value.unsqueeze(1).expand(b, num_agents, *value.shape[1:])
         elif value.ndim > 2 and value.shape[2] == num_agents:  # [B, T, R, ...] -> [B, R, T, ...]
             value = value.transpose(1, 2)
         else:
             raise ValueError(f"multi-agent batch entry {key} has shape {list(value.shape)}: expected the agent dim "
-                             f"[B, T, R={num_agents}, ...] (only done flags, report and collector entries are shared)")
+                             f"[B, T, R={num_agents}, ...] (only done flags, info and collector entries are shared)")
         out.set(key, value.reshape(b * num_agents, t, *value.shape[3:]))
     return out

@@ -101,7 +101,7 @@ def test_random_rollout_shapes_and_mask(case):
     assert nxt["action_mask"].shape == (b, steps, a) and nxt["action_mask"].dtype == torch.bool
     assert nxt["reward"].shape == (b, steps, 1)
     for key in REPORT:
-        assert nxt["report", key].shape == (b, steps, 1)
+        assert nxt["info", key].shape == (b, steps, 1)
     # episodes end exactly after N steps, in every row at once
     done = nxt["done"].squeeze(-1)
     expected = torch.zeros(steps, dtype=torch.bool)
@@ -178,7 +178,7 @@ def test_batch_invariance(name):
         mine = big[row]
         assert torch.equal(mine["action"], one["action"]), f"row {row}: actions differ"
         assert torch.equal(mine["customers"], one["customers"]), f"row {row}: observations differ"
-        for key in [("next", "reward"), ("next", "episode_reward")] + [("next", "report", k) for k in REPORT]:
+        for key in [("next", "reward"), ("next", "episode_reward")] + [("next", "info", k) for k in REPORT]:
             torch.testing.assert_close(mine[key], one[key], rtol=1e-5, atol=1e-4, msg=f"row {row}: {key}")
 
 
@@ -214,7 +214,7 @@ def test_partial_reset_keeps_other_rows_and_draws_next_episode():
         single.reset()
         assert torch.equal(single.reset()["customers"][0], after["customers"][row])
         assert float(base.oracle.cost()[row]) == 0.0
-        assert float(after["report", "served"][row]) == 0.0
+        assert float(after["info", "served"][row]) == 0.0
     # rows 1 and 3 finish their episode three steps later, rows 0 and 2 three steps after that
     for step in range(n):
         out = env.step(policy(after))
@@ -272,27 +272,27 @@ def check_final_plans_and_reports(env, steps, last):
     cfg = env.base_env.config
     n, r = cfg.num_customers, cfg.served_reward
     assert bool(last["done"].all())
-    report = {k: last["report", k].squeeze(-1) for k in REPORT}
+    info = {k: last["info", k].squeeze(-1) for k in REPORT}
     episodes = env.base_env.export_episodes()
     assert len(episodes) == env.batch_size[0]
     inst = env.base_env.instances
     for row, ep in enumerate(episodes):
         km = check_exported_plan(ep)
-        assert km == pytest.approx(float(report["plan_cost_km"][row]), rel=1e-3, abs=1e-3)
-        assert len(ep["customers"]) == int(report["served"][row])
+        assert km == pytest.approx(float(info["plan_cost_km"][row]), rel=1e-3, abs=1e-3)
+        assert len(ep["customers"]) == int(info["served"][row])
         for c in ep["customers"]:  # exported data are the instance's
             i = c["id"] - 1
             assert (c["x"], c["y"]) == pytest.approx(inst["xy"][row, i].tolist(), abs=1e-4)
             assert c["demand"] == pytest.approx(float(inst["demand"][row, i]))
-    served, cost = report["served"], report["plan_cost_km"]
-    torch.testing.assert_close(report["failure_rate"], (n - served) / n)
+    served, cost = info["served"], info["plan_cost_km"]
+    torch.testing.assert_close(info["failure_rate"], (n - served) / n)
     # accepted + refused + rejected = N
     rejected = (steps["action"] == cfg.num_actions - 1).sum(-1).float()
-    torch.testing.assert_close(served + report["refused"] + rejected, torch.full_like(served, float(n)))
+    torch.testing.assert_close(served + info["refused"] + rejected, torch.full_like(served, float(n)))
     # rewards: R per accepted request minus the plan-cost increase, step by step and in total
     reward = steps["next", "reward"].squeeze(-1)
-    served_t = steps["next", "report", "served"].squeeze(-1)
-    cost_t = steps["next", "report", "plan_cost_km"].squeeze(-1)
+    served_t = steps["next", "info", "served"].squeeze(-1)
+    cost_t = steps["next", "info", "plan_cost_km"].squeeze(-1)
     accepted = torch.diff(served_t, dim=1, prepend=torch.zeros_like(served_t[:, :1]))
     increase = torch.diff(cost_t, dim=1, prepend=torch.zeros_like(cost_t[:, :1]))
     assert bool(((accepted == 0) | (accepted == 1)).all())
@@ -337,8 +337,8 @@ def test_acceptance_rule_follows_hidden_type():
         action = td["action"]
         offered = action < cfg.num_actions - 1
         shift = (action - s).abs()
-        d_served = nxt["report", "served"].squeeze(-1) - td["report", "served"].squeeze(-1)
-        d_refused = nxt["report", "refused"].squeeze(-1) - td["report", "refused"].squeeze(-1)
+        d_served = nxt["info", "served"].squeeze(-1) - td["info", "served"].squeeze(-1)
+        d_refused = nxt["info", "refused"].squeeze(-1) - td["info", "refused"].squeeze(-1)
         expect_accept = offered & (shift <= kind)
         assert torch.equal(d_served == 1, expect_accept)
         assert torch.equal(d_refused == 1, offered & ~expect_accept)

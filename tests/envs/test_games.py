@@ -63,7 +63,7 @@ def test_rewards_are_clipped_for_the_loss_while_the_game_score_stays_raw():
     reward, score = td["next", "reward"], td["next", "episode_reward"]
     assert reward.abs().max() <= 1 and reward.sum() > 0
     assert score.max() > reward.cumsum(1).max()  # Airstriker scores 10s and 100s of points per hit
-    torch.testing.assert_close(td["next", "report", "game_score"], score)
+    torch.testing.assert_close(td["next", "info", "game_score"], score)
     unclipped = make_env(GameConfig(AIRSTRIKER, clip_rewards=False), 1, 0)
     try:
         raw = unclipped.rollout(400, break_when_any_done=False)

@@ -85,8 +85,8 @@ def test_rollout_shapes():
     for key in ("done", "terminated", "truncated"):
         assert out["next", key].shape == (4, 30, 1) and out["next", key].dtype == torch.bool
     for key in ("winner", "won", "lost", "drawn", "steps"):
-        assert out["next", "report", key].shape == (4, 30, 1)
-    assert torch.equal(out["next", "report", "steps"][:, :5, 0], torch.arange(1.0, 6.0).expand(4, 5))
+        assert out["next", "info", key].shape == (4, 30, 1)
+    assert torch.equal(out["next", "info", "steps"][:, :5, 0], torch.arange(1.0, 6.0).expand(4, 5))
     env = HockeyConfig(discrete_actions=True).make(2, 0)
     assert env.action_spec.shape == (2,) and env.action_spec.space.n == 8
 
@@ -149,9 +149,9 @@ def test_goal_ends_the_episode_with_the_winner(static_env, side):
     td = env.force_state(state(puck=(side * 3.7, 0.5), puck_vel=(side * 10.0, 0.0)))
     nxt = step(env, td, [0, 0, 0, 0])
     assert nxt["terminated"].item() and nxt["done"].item() and not nxt["truncated"].item()
-    assert nxt["report", "winner"].item() == side
-    assert nxt["report", "won"].item() == (side == 1) and nxt["report", "lost"].item() == (side == -1)
-    assert nxt["report", "drawn"].item() == 0
+    assert nxt["info", "winner"].item() == side
+    assert nxt["info", "won"].item() == (side == 1) and nxt["info", "lost"].item() == (side == -1)
+    assert nxt["info", "drawn"].item() == 0
     assert nxt["reward"].item() == pytest.approx(10.0 * side, abs=0.1)  # plus a little closeness shaping
     # the same shot just outside the mouth bounces off the end wall
     td = env.force_state(state(puck=(side * 3.6, 1.4), puck_vel=(side * 10.0, 0.0)))
@@ -165,7 +165,7 @@ def test_time_limit_is_a_draw():
     assert not step(env, td, [0, 0, 0, 0])["done"].item()
     nxt = step(env, env.force_state(state(puck=(1.0, 0.0)), t=4), [0, 0, 0, 0])
     assert nxt["truncated"].item() and nxt["done"].item() and not nxt["terminated"].item()
-    assert nxt["report", "drawn"].item() == 1 and nxt["report", "winner"].item() == 0
+    assert nxt["info", "drawn"].item() == 1 and nxt["info", "winner"].item() == 0
 
 
 def test_paddle_bounces_the_puck(static_env):
@@ -333,7 +333,7 @@ def play(agent, opponent: str, steps: int = 400, b: int = 256) -> tuple[int, int
     for _ in range(steps):
         td["action"] = agent(td["observation"]) if agent is not None else torch.rand(b, 4, generator=gen) * 2 - 1
         out, td = env.step_and_maybe_reset(td)
-        winner = out["next", "report", "winner"][out["next", "done"]]
+        winner = out["next", "info", "winner"][out["next", "done"]]
         wins, losses = wins + int((winner > 0).sum()), losses + int((winner < 0).sum())
         draws += int((winner == 0).sum())
     return wins, losses, draws
@@ -410,7 +410,7 @@ def test_defense_shots_reach_the_goal_against_a_static_agent():
     goals = torch.zeros(64, dtype=torch.bool)
     for _ in range(20):
         td = step(env, td, torch.zeros(64, 4))
-        goals |= td["report", "lost"][:, 0].bool()
+        goals |= td["info", "lost"][:, 0].bool()
     assert 0.1 < goals.float().mean() < 0.6  # the agent standing at (-3, 0), player 2 in the way, block many
 
 

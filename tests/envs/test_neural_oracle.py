@@ -49,7 +49,7 @@ def play(env: DVRPEnv, rule: str) -> tuple[torch.Tensor, torch.Tensor]:
     for _ in range(env.config.num_customers):
         td = env.step(policy(td))["next"]
         total += td["reward"].squeeze(-1)
-    return total, td["report", "served"].squeeze(-1)
+    return total, td["info", "served"].squeeze(-1)
 
 
 def vehicle_stats(ep: dict) -> list[tuple[float, float, float]]:

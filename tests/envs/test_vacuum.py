@@ -66,13 +66,13 @@ def test_rollout_shapes_and_mask():
     for key in ("done", "terminated", "truncated"):
         assert out["next", key].shape == (6, 40, 1)
     for key in ("cleaned_fraction", "collisions", "energy_left", "steps"):
-        assert out["next", "report", key].shape == (6, 40, 1)
-    robot_energy = out["next", "report", "robot_energy_left"]
+        assert out["next", "info", key].shape == (6, 40, 1)
+    robot_energy = out["next", "info", "robot_energy_left"]
     assert robot_energy.shape == (6, 40, 4)
-    assert torch.allclose(robot_energy.mean(-1, keepdim=True), out["next", "report", "energy_left"])
+    assert torch.allclose(robot_energy.mean(-1, keepdim=True), out["next", "info", "energy_left"])
     # steps counts the episode's steps: 1, 2, ... restarting after every done
     done = out["next", "done"][..., 0]
-    steps = out["next", "report", "steps"][..., 0]
+    steps = out["next", "info", "steps"][..., 0]
     for row in range(6):
         expected = 0
         for t in range(40):
@@ -85,7 +85,7 @@ def test_rollout_shapes_and_mask():
     first_done = out["next", "done"][0, :, 0].nonzero()
     if len(first_done):
         t = int(first_done[0])
-        cleaned = float(out["next", "report", "cleaned_fraction"][0, t])
+        cleaned = float(out["next", "info", "cleaned_fraction"][0, t])
         assert out["next", "reward"][0, : t + 1].sum() == pytest.approx(25 * cleaned)
 
 
@@ -133,15 +133,15 @@ def test_move_costs_energy_and_off_grid_is_a_free_stay(env3):
     nxt = play(env3, [[1, 1], [0, 0], [3, 0]], [50, 50, 50], clean_grid(4), [R, U, D])
     assert cells(env3) == [(1, 2), (0, 0), (3, 0)]  # off-grid moves stay
     assert env3.energy[0].tolist() == [49, 50, 50]
-    assert nxt["report", "collisions"].item() == 0
-    assert nxt["report", "energy_left"].item() == pytest.approx((49 + 50 + 50) / 150)
+    assert nxt["info", "collisions"].item() == 0
+    assert nxt["info", "energy_left"].item() == pytest.approx((49 + 50 + 50) / 150)
 
 
 def test_collision_into_one_cell(env3):
     nxt = play(env3, [[0, 0], [0, 2], [3, 0]], [50, 50, 50], clean_grid(4, ((0, 1),)), [R, L, S])
     assert cells(env3) == [(0, 0), (0, 2), (3, 0)]  # both stay
     assert env3.energy[0].tolist() == [50 - 1 - 20, 50 - 1 - 20, 50]
-    assert nxt["report", "collisions"].item() == 1
+    assert nxt["info", "collisions"].item() == 1
     assert nxt["reward"].flatten().tolist() == [0, 0, 0]  # the contested cell stays dirty
     assert env3.dirt[0, 1] == 1
 
@@ -150,7 +150,7 @@ def test_swap_collision(env3):
     nxt = play(env3, [[2, 1], [2, 2], [0, 0]], [50, 50, 50], clean_grid(4), [R, L, S])
     assert cells(env3) == [(2, 1), (2, 2), (0, 0)]
     assert env3.energy[0].tolist() == [29, 29, 50]
-    assert nxt["report", "collisions"].item() == 1
+    assert nxt["info", "collisions"].item() == 1
 
 
 def test_move_into_a_robot_that_stays_and_chains(env3):
@@ -158,11 +158,11 @@ def test_move_into_a_robot_that_stays_and_chains(env3):
     nxt = play(env3, [[1, 0], [1, 1], [1, 2]], [50, 50, 50], clean_grid(4), [R, R, S])
     assert cells(env3) == [(1, 0), (1, 1), (1, 2)]
     assert env3.energy[0].tolist() == [29, 29, 30]  # pairs (0, 1) and (1, 2); robot 1 pays once
-    assert nxt["report", "collisions"].item() == 2
+    assert nxt["info", "collisions"].item() == 2
     # the same chain with the front robot moving away: everybody follows, no collision
     nxt = play(env3, [[1, 0], [1, 1], [1, 2]], [50, 50, 50], clean_grid(4), [R, R, R])
     assert cells(env3) == [(1, 1), (1, 2), (1, 3)]
-    assert env3.energy[0].tolist() == [49, 49, 49] and nxt["report", "collisions"].item() == 0
+    assert env3.energy[0].tolist() == [49, 49, 49] and nxt["info", "collisions"].item() == 0
 
 
 def test_rotation_around_a_block_is_allowed():
@@ -178,7 +178,7 @@ def test_collisions_accumulate_over_the_episode(env3):
     for expected in (1, 2):
         td["action"] = torch.tensor([[R, L, S]])
         td = env3.step(td)["next"]
-        assert td["report", "collisions"].item() == expected
+        assert td["info", "collisions"].item() == expected
 
 
 def test_charging_with_cap(env3):
@@ -200,14 +200,14 @@ def test_stopped_robot_cannot_move(env3):
     # a stopped robot in the way of a mover: the mover is blocked, both are in the pair
     nxt = play(env3, [[1, 1], [1, 0], [3, 0]], [0, 30, 50], clean_grid(4, ((2, 2),)), [S, R, S])
     assert cells(env3) == [(1, 1), (1, 0), (3, 0)]
-    assert env3.energy[0].tolist() == [0, 9, 50] and nxt["report", "collisions"].item() == 1
+    assert env3.energy[0].tolist() == [0, 9, 50] and nxt["info", "collisions"].item() == 1
 
 
 def test_cleaning_rewards_the_robot_that_cleans(env3):
     nxt = play(env3, [[0, 0], [1, 1], [3, 0]], [50, 50, 50], clean_grid(4, ((1, 2), (3, 0), (2, 2))), [S, R, S])
     assert nxt["reward"].flatten().tolist() == [0.0, 1.0, 1.0]  # robot 1 moved onto it, robot 2 stayed on one
     assert env3.dirt[0].nonzero().flatten().tolist() == [10]
-    assert nxt["report", "cleaned_fraction"].item() == pytest.approx(15 / 16)
+    assert nxt["info", "cleaned_fraction"].item() == pytest.approx(15 / 16)
     env = VacuumConfig(grid_size=4, num_robots=3, energy=(50, 50, 50), chargers=[(3, 3)], r_clean=2.5).make(1, 0)
     nxt = play(env, [[0, 0], [1, 1], [3, 0]], [50, 50, 50], clean_grid(4, ((0, 1),)), [R, S, S])
     assert nxt["reward"].flatten().tolist() == [2.5, 0.0, 0.0]
@@ -216,14 +216,14 @@ def test_cleaning_rewards_the_robot_that_cleans(env3):
 def test_terminated_when_floor_is_clean(env3):
     nxt = play(env3, [[0, 0], [1, 1], [3, 0]], [50, 50, 50], clean_grid(4, ((0, 1),)), [R, S, S])
     assert nxt["terminated"].item() and nxt["done"].item() and not nxt["truncated"].item()
-    assert nxt["report", "cleaned_fraction"].item() == 1.0
+    assert nxt["info", "cleaned_fraction"].item() == 1.0
 
 
 def test_terminated_when_every_robot_has_stopped(env3):
     nxt = play(env3, [[0, 0], [1, 1], [2, 0]], [1, 1, 0], clean_grid(4, ((3, 2),)), [R, R, S])
     assert env3.energy[0].tolist() == [0, 0, 0]
     assert nxt["terminated"].item() and not nxt["truncated"].item()
-    assert nxt["report", "energy_left"].item() == 0.0
+    assert nxt["info", "energy_left"].item() == 0.0
 
 
 def test_truncated_at_max_steps(env3):

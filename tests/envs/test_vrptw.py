@@ -53,8 +53,8 @@ def test_masks_on_hand_example():
     seen, td = masks(env, [1, 2, 0, 3, 0])
     F, T = False, True
     assert seen == [[F, T, T, T], [F, F, T, F], [T, F, F, F], [F, F, F, T], [T, F, F, F], [T, F, F, F]]
-    assert bool(td["done"]) and td["report", "feasible"].item() == 1.0
-    assert td["report", "route_km"].item() == pytest.approx(100.0)
+    assert bool(td["done"]) and td["info", "feasible"].item() == 1.0
+    assert td["info", "route_km"].item() == pytest.approx(100.0)
 
 
 def test_early_return_allows_the_depot_while_customers_fit():
@@ -67,7 +67,7 @@ def test_fixed_fleet_dead_end_is_infeasible_with_penalty():
     """With M = 1, c3 cannot be served after the route closes: done, infeasible, penalised reward."""
     env = VRPTWEnv(HandSource(1), num_envs=1, unserved_penalty=100.0)
     seen, td = masks(env, [1, 2, 0])
-    assert bool(td["done"]) and td["report", "feasible"].item() == 0.0 and td["report", "unserved"].item() == 1.0
+    assert bool(td["done"]) and td["info", "feasible"].item() == 0.0 and td["info", "unserved"].item() == 1.0
     assert td["reward"].item() == pytest.approx(-20.0 - 100.0)
     assert seen[-1] == [True, False, False, False], "a finished row keeps a non-empty mask (the depot no-op)"
 

@@ -10,9 +10,10 @@ from torchrl.data import Binary, Bounded, Categorical, MultiCategorical, OneHot,
 
 from envs import EnvSpecs
 from modules.actor_critic import MLPActorCritic
-from modules.dqn import DQNModule, MultiAgentQNetwork, QNetwork
+from modules.dqn import DQNModule
 from modules.dvrp_actor_critic import DVRPActorCritic
 from modules.ppo import PPOModule
+from modules.q_networks import MultiAgentQNetwork, QNetwork
 from modules.sac import SACModule, SACNetworks
 
 

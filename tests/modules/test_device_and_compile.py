@@ -15,7 +15,8 @@ from torchrl.data import Binary, Bounded, Categorical, Composite, Unbounded
 
 from envs import EnvSpecs
 from envs.gym import GymConfig
-from modules.dqn import DQNModule, QNetwork
+from modules.dqn import DQNModule
+from modules.q_networks import QNetwork
 from modules.sac import SACModule, SACNetworks
 from pipelines.data import CollectorOptions, OffPolicyDataModule, ReplayOptions
 

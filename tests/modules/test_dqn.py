@@ -10,7 +10,8 @@ from tensordict import TensorDict
 from torchrl.data import Categorical, LazyTensorStorage, TensorDictReplayBuffer
 
 from callbacks.epsilon import EpsilonDecay
-from modules.dqn import DQNModule, QNetwork
+from modules.dqn import DQNModule
+from modules.q_networks import QNetwork
 
 
 def _batch(b: int, t: int, t0: int = 0, done_at: tuple[int, int] | None = None) -> TensorDict:

@@ -9,8 +9,9 @@ import math
 import pytest
 
 from modules.actor_critic import MLPActorCritic
-from modules.dqn import DQNModule, QNetwork
+from modules.dqn import DQNModule
 from modules.ppo import PPOModule
+from modules.q_networks import QNetwork
 from modules.reinforce import REINFORCEModule
 from modules.routing import RoutingPolicy
 from modules.sac import SACModule, SACNetworks

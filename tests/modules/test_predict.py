@@ -245,7 +245,8 @@ def test_multi_agent_vacuum_predicts_per_robot():
     """An untrained vacuum DQN (4 robots): one env's observation ``[R, F]`` with ``agent_id`` and the per-robot mask
     gives one allowed action per robot, ``[R]``; a batch of envs ``[N, R]``."""
     from envs.vacuum import VacuumConfig
-    from modules.dqn import DQNModule, MultiAgentQNetwork
+    from modules.dqn import DQNModule
+    from modules.q_networks import MultiAgentQNetwork
 
     config = VacuumConfig()
     env = make_env(config, 3, seed=0)

@@ -14,7 +14,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import QValueActor
 from torchrl.objectives import DQNLoss, SoftUpdate, ValueEstimators
 
-from modules.dqn import MultiAgentQNetwork, QNetwork
+from modules.q_networks import MultiAgentQNetwork, QNetwork
 from modules.q_values import EpsilonGreedyQPolicy, dqn_loss
 from modules.target import TargetNetwork
 

@@ -22,7 +22,7 @@ def hockey_dqn_config(tmp_path: Path, callbacks: list[dict]) -> str:
     config = {
         "seed_everything": 0,
         "model": {"class_path": "modules.dqn.DQNModule",
-                  "init_args": {"network": {"class_path": "modules.dqn.QNetwork",
+                  "init_args": {"network": {"class_path": "modules.q_networks.QNetwork",
                                             "init_args": {"num_actions": 8, "hidden_dims": [32]}},
                                 "lr": 1e-3, "n_steps": 1}},
         "data": {"class_path": "pipelines.data.OffPolicyDataModule",

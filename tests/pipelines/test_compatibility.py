@@ -83,7 +83,7 @@ def _rejected(tmp_path, capsys, config: str, *overrides: str) -> str:
     (PPO, [f"--data.init_args.env={json.dumps(TWO_ROBOTS)}"],
      r"^error: model\.class_path=modules\.ppo\.PPOModule trains single-agent envs, but the env \(VacuumConfig\) has 2 "
      r"agents"),
-    (DQN, [f'--model.init_args.network={json.dumps({"class_path": "modules.dqn.MultiAgentQNetwork"})}'],
+    (DQN, [f'--model.init_args.network={json.dumps({"class_path": "modules.q_networks.MultiAgentQNetwork"})}'],
      r"^error: model\.init_args\.network\.class_path=modules\.q_networks\.MultiAgentQNetwork is a multi-agent "
      r"network, but the env \(CartPole-v1\) has one agent"),
 ], ids=["acrobot-num_actions-2", "cartpole-num_actions-3", "ppo-pendulum", "dqn-pendulum", "hidden_dims-negative",

@@ -12,12 +12,12 @@ import pytest
 from jsonargparse import ArgumentParser
 
 from modules.actor_critic import ActorCriticNetwork
-from modules.dqn import MultiAgentQNetwork, QNetwork
 from modules.flexibility import FlexibilityModel
+from modules.q_networks import MultiAgentQNetwork, QNetwork
 from modules.routing import RoutingPolicy
 from modules.sac import SACNetworks
 from pipelines.catalogue import class_path, sections, subclasses
-from tests.pipelines.conftest import run_module
+from tests.pipelines.conftest import REPO, run_module
 
 NETWORKS = [QNetwork, MultiAgentQNetwork, *subclasses(ActorCriticNetwork), SACNetworks, RoutingPolicy,
             FlexibilityModel]
@@ -85,3 +85,31 @@ def test_every_run_reads_the_shared_defaults_first(tmp_path):
     replaced = resolved("--config", str(REPO / "configs" / "cartpole_ppo.yaml"),
                         "--trainer.callbacks=[callbacks.ModelCheckpoint]")
     assert [c["class_path"] for c in replaced["callbacks"]] == ["callbacks.ModelCheckpoint"]
+
+
+def _class_paths(node: object) -> list[str]:
+    if isinstance(node, dict):
+        own = [node["class_path"]] if isinstance(node.get("class_path"), str) else []
+        return own + [p for value in node.values() for p in _class_paths(value)]
+    return [p for value in node for p in _class_paths(value)] if isinstance(node, list) else []
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in (REPO / "configs").rglob("*.yaml")), ids=os.path.basename)
+def test_configs_name_each_class_by_the_path_help_lists(path):
+    """The class-path policy: a shipped config names a class by the shortest import path of its defining module
+    (``pipelines.catalogue.class_path``: ``pipelines.data.OnPolicyDataModule``, ``modules.q_networks.QNetwork``),
+    never by a re-export elsewhere; Lightning's and torch's classes by their public path."""
+    import importlib
+
+    import yaml
+
+    paths = _class_paths(yaml.safe_load(open(path)))
+    for name in paths:
+        module, _, attribute = name.rpartition(".")
+        cls = getattr(importlib.import_module(module), attribute)
+        if cls.__module__.split(".")[0] in ("envs", "modules", "callbacks", "pipelines"):
+            assert name == class_path(cls), f"{name} is {class_path(cls)}"
+        else:
+            assert not any(part.startswith("_") for part in name.split(".")), name
+    if "search" not in path and "defaults" not in path:
+        assert paths, "a run config names its classes"

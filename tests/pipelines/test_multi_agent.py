@@ -13,7 +13,8 @@ from tensordict import TensorDict
 from torchrl.data import Categorical, LazyTensorStorage, TensorDictReplayBuffer
 
 from envs.episodes import masked_uniform
-from modules.dqn import DQNModule, MultiAgentQNetwork
+from modules.dqn import DQNModule
+from modules.q_networks import MultiAgentQNetwork
 from pipelines.data.replay import split_agents
 from pipelines.evaluate import play
 from pipelines.fit import main
@@ -35,7 +36,7 @@ def _collected(b: int, t: int, r: int, done_at: tuple[int, int] | None = None) -
     ids = torch.eye(r).expand(b, t, r, r)
     nxt = TensorDict(observation=obs + 1, agent_id=ids.clone(), reward=reward.unsqueeze(-1), done=done,
                      terminated=done.clone(), truncated=torch.zeros_like(done),
-                     report=TensorDict(cleaned_fraction=torch.rand(b, t, 1), batch_size=[b, t]), batch_size=[b, t])
+                     info=TensorDict(cleaned_fraction=torch.rand(b, t, 1), batch_size=[b, t]), batch_size=[b, t])
     return TensorDict(observation=obs, agent_id=ids.clone(), action=torch.zeros(b, t, r, dtype=torch.long),
                       done=torch.zeros_like(done), next=nxt, batch_size=[b, t])
 
@@ -51,8 +52,8 @@ def test_split_agents_gives_one_row_per_env_and_robot():
             assert torch.equal(row["next", "reward"], batch["next", "reward"][e, :, i])
             assert torch.equal(row["agent_id"][:, i], torch.ones(4))
             assert torch.equal(row["next", "done"], batch["next", "done"][e])  # the env's, repeated
-            assert torch.equal(row["next", "report", "cleaned_fraction"],
-                               batch["next", "report", "cleaned_fraction"][e])
+            assert torch.equal(row["next", "info", "cleaned_fraction"],
+                               batch["next", "info", "cleaned_fraction"][e])
     bad = batch.clone()
     bad["extra"] = torch.zeros(2, 4, 5)
     with pytest.raises(ValueError, match="expected the agent dim"):

@@ -18,13 +18,13 @@ from pipelines.data import CollectorOptions, OnPolicyDataModule
 
 def _batch(n: int) -> TensorDict:
     """A processed batch ``[n]`` whose observation's first feature is the frame's index, with entries the loss does
-    not read (the next observation, the reward, the env's report)."""
+    not read (the next observation, the reward, the env's info)."""
     g = torch.Generator().manual_seed(0)
     observation = torch.randn(n, 4, generator=g)
     observation[:, 0] = torch.arange(n)
     return TensorDict(observation=observation, action=torch.randint(2, (n,), generator=g),
                       action_log_prob=-torch.rand(n, generator=g) - 0.1, advantage=torch.randn(n, 1, generator=g),
-                      value_target=torch.randn(n, 1, generator=g), report=TensorDict(served=torch.ones(n, 1)),
+                      value_target=torch.randn(n, 1, generator=g), info=TensorDict(served=torch.ones(n, 1)),
                       next=TensorDict(observation=torch.randn(n, 4, generator=g), reward=torch.ones(n, 1)),
                       batch_size=[n])
 

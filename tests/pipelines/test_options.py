@@ -152,3 +152,33 @@ def test_a_renamed_callback_class_stops_a_config_and_is_upgraded_in_a_recorded_o
     loaded = FlexibilityUpdate(every_n_frames=960)
     loaded.on_load_checkpoint(None, None, {"callbacks": {"EmbeddingUpdate": saved.state_dict()}})
     assert (loaded.updates, loaded.schedule.next_frames) == (3, 3840)
+
+
+def test_a_network_named_by_its_old_re_export_stops_a_config_and_resumes_a_recorded_run(tmp_path, capsys):
+    """One class path per class, the defining module's: ``modules.dqn.QNetwork`` (a re-export until 2026-11-27)
+    stops a config with one line naming ``modules.q_networks.QNetwork``; a checkpoint whose recorded config names
+    the old path still resumes under today's config (its paths are upgraded, and two import paths of one class are
+    the same class), while another network class is refused."""
+    import torch
+
+    from pipelines.checkpoints import CONFIG_KEY, check_resume_checkpoint
+
+    old = {"model": {"init_args": {"network": {"class_path": "modules.dqn.QNetwork"}}}}
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(old))
+    with pytest.raises(SystemExit) as stop:
+        main(["--config", CARTPOLE_DQN, "--config", str(tmp_path / "old.yaml"),
+              f"--trainer.default_root_dir={tmp_path}"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "error: model.init_args.network.class_path='modules.dqn.QNetwork': moved to modules.q_networks.QNetwork")
+    now = yaml.safe_load(open(CARTPOLE_DQN))
+    recorded = copy.deepcopy(now)
+    recorded["model"]["init_args"]["network"]["class_path"] = "modules.dqn.QNetwork"
+    recorded["data"]["class_path"] = "pipelines.data.off_policy.OffPolicyDataModule"  # the defining module's path
+    torch.save({"state_dict": {}, CONFIG_KEY: recorded}, tmp_path / "old.ckpt")
+    assert check_resume_checkpoint(str(tmp_path / "old.ckpt"), now) is None  # (no frame count recorded)
+    recorded["model"]["init_args"]["network"]["class_path"] = "modules.q_networks.MultiAgentQNetwork"
+    torch.save({"state_dict": {}, CONFIG_KEY: recorded}, tmp_path / "other.ckpt")
+    with pytest.raises(ValueError, match="trained with another config: model.init_args.network.class_path='modules"
+                                         ".q_networks.MultiAgentQNetwork' there, 'modules.q_networks.QNetwork'"):
+        check_resume_checkpoint(str(tmp_path / "other.ckpt"), now)

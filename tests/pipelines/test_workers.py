@@ -258,7 +258,8 @@ def test_workers_are_forks_of_one_server_that_imported_torch():
     is installed: 0.4-0.6 s of the server's 3 s of imports, 35 MB): no library of Ray's is mapped into them."""
     from envs import EnvSpecs
     from envs.gym import GymConfig
-    from modules.dqn import DQNModule, QNetwork
+    from modules.dqn import DQNModule
+    from modules.q_networks import QNetwork
     from pipelines.data.collectors import WorkerCollector
 
     config = GymConfig("CartPole-v1")
@@ -317,7 +318,8 @@ def test_a_message_to_a_killed_worker_names_it(monkeypatch):
 
     from envs import EnvSpecs
     from envs.gym import GymConfig
-    from modules.dqn import DQNModule, QNetwork
+    from modules.dqn import DQNModule
+    from modules.q_networks import QNetwork
     from pipelines.data.collectors import WorkerCollector
 
     config = GymConfig("CartPole-v1")

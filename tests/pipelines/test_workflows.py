@@ -81,7 +81,7 @@ def test_a_budget_below_the_first_update_is_refused_before_anything_is_written(t
      "trainer.max_epochs=2 is not allowed: the run's budget is data.init_args.total_frames"),
     (("--ckpt=x",), "unrecognized option --ckpt (did you mean --ckpt_path?)"),
     (("--model.init_args.network.init_args.hiden=3",),
-     "model.init_args.network.init_args.hiden: no such key of modules.dqn.QNetwork (did you mean hidden_dims?)"),
+     "model.init_args.network.init_args.hiden: no such key of modules.q_networks.QNetwork (did you mean hidden_dims?)"),
     (("--model.init_args.lr=abc",), "model.init_args.lr: Expected a <class 'float'>"),
     (("--seed_everything=-1",), "seed_everything=-1 is not allowed: an integer in [0, 4294967295]"),
     (("--num_threads=0",), "num_threads: Not of type PositiveInt"),
