@@ -44,7 +44,7 @@ from envs.dvrp.neural_oracle import NeuralOracle
 from envs.dvrp.oracle import InsertionOracle
 from envs.dvrp.reference import solve_with_pyvrp
 from envs.vrptw.source import ServedSetInstances
-from pipelines.checkpoints import load_exported_model
+from pipelines.env_models import load_exported_model
 
 FAMILIES = {"R1": ("R1*.txt", 6), "C1": ("C1*.txt", 3), "RC1": ("RC1*.txt", 6)}
 

@@ -120,7 +120,7 @@ class EnvConfig(ABC):
         if set(models) != needed:
             raise ValueError(f"{type(self).__name__}.make needs the run's learned models {sorted(needed)} "
                              f"(built by new_models() and read by model_checkpoints(): "
-                             f"pipelines.checkpoints.env_models), got {sorted(models)}")
+                             f"pipelines.env_models.env_models), got {sorted(models)}")
         return models
 
     def model_names(self) -> tuple[str, ...]:

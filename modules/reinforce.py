@@ -145,7 +145,7 @@ class REINFORCEModule(RLModule):
 
     # ------------------------------------------------------------------ checkpoint
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Also store the evaluation schedule and what :func:`pipelines.checkpoints.load_exported_model`
+        """Also store the evaluation schedule and what :func:`pipelines.env_models.load_exported_model`
         needs: the network's constructor arguments and the instance size (N, M) it was trained for."""
         super().on_save_checkpoint(checkpoint)
         checkpoint["reinforce_state"] = {"next_eval_frames": self.evaluation_schedule.next_frames,

@@ -56,7 +56,7 @@ class DVRPConfig(EnvConfig):
             (:class:`envs.dvrp.neural_oracle.NeuralOracle`).
         oracle_checkpoint: the routing policy's training checkpoint (``configs/vrptw_oracle.yaml``), for
             ``oracle: neural``; it must have been trained for this ``num_customers``. The file is read by
-            the pipeline (``pipelines.checkpoints.env_models``), which hands the policy to :meth:`make`.
+            the pipeline (``pipelines.env_models.env_models``), which hands the policy to :meth:`make`.
         oracle_augment: greedy plans per quoted instance under coordinate symmetries for ``oracle: neural``
             (best feasible kept): 8 routes far more requests than 1, at about 7x the time.
         dtype: float type of instance data and plans.

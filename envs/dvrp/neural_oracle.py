@@ -13,7 +13,7 @@ Semantics are those of the insertion oracle (see :mod:`envs.dvrp.oracle`), enfor
 construction rules of :mod:`envs.routing.construction` with the same float safety margin, so every plan
 is feasible whatever the network's weights. The network lives in ``modules/``; the env receives it as a
 :class:`RoutingSolver` (the pipeline reads it from its training checkpoint and hands it to ``DVRPConfig.make``:
-``pipelines.checkpoints.env_models``).
+``pipelines.env_models.env_models``).
 """
 
 from __future__ import annotations

@@ -12,12 +12,12 @@ from tensordict import TensorDict
 from torchrl.envs import EnvBase
 
 from envs import EnvConfig, EnvSpecs, make_env, unwrap
-from pipelines.checkpoints import env_models
 from pipelines.data.collectors import WorkerCollector, local_collector
 from pipelines.data.env_control import EnvControl, TrainingEnvCalls, resolve
 from pipelines.data.options import CollectorOptions, require
 from pipelines.data.ray_collector import RayWorkerCollector
 from pipelines.data.stream import FrameStream
+from pipelines.env_models import env_models
 
 
 class RLDataModule(FrameStream, L.LightningDataModule):

@@ -12,7 +12,7 @@ from envs.dvrp import DVRPConfig, DVRPEnv
 from envs.dvrp.baselines import ScriptedOfferPolicy
 from envs.dvrp.neural_oracle import NeuralOracle
 from modules.routing import RoutingPolicy
-from pipelines.checkpoints import env_models, load_exported_model
+from pipelines.env_models import env_models, load_exported_model
 from tests.route_check import check_exported_plan
 
 N, B = 10, 12

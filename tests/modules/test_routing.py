@@ -14,7 +14,7 @@ from envs.dvrp import DVRPConfig
 from envs.vrptw.source import ServedSetInstances
 from modules.reinforce import paired_improvement_p_value
 from modules.routing import RoutingPolicy
-from pipelines.checkpoints import load_exported_model
+from pipelines.env_models import load_exported_model
 from pipelines.fit import main
 from tests.pipelines.conftest import REPO
 
