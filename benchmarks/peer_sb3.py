@@ -1,9 +1,10 @@
-"""Peer benchmark: the same DQN, SAC or PPO run here and in Stable-Baselines3, in one command.
+"""Peer benchmark: the same DQN, SAC, TD3 or PPO run here and in Stable-Baselines3, in one command.
 
     python benchmarks/peer_sb3.py [--config configs/cartpole_dqn.yaml] [--total_frames N] [--episodes 32]
         [--seed S] [--eval_seed S] [--quick] [--device cpu|cuda] [--compile_mode MODE] [--sb3_flush_denormal]
         [--repeats R] [--ours_async_worker] [--sb3_threads N]
     python benchmarks/peer_sb3.py --config configs/pendulum_sac.yaml    # SAC on Pendulum-v1
+    python benchmarks/peer_sb3.py --config configs/pendulum_td3.yaml    # TD3 on Pendulum-v1
     python benchmarks/peer_sb3.py --config configs/cartpole_ppo.yaml    # PPO on CartPole-v1 (8 envs)
 
 Needs the ``bench`` extra (``pip install -e .[bench]``: stable-baselines3). Each trainer runs in its own
@@ -13,9 +14,9 @@ while the learner trains (a second process, whose memory the peak leaves out):
 
 * ours: ``pipelines.fit.main`` on a temporary copy of the config without logger, checkpoints,
   progress bar and evaluation callbacks (only ``callbacks.EpsilonDecay`` is kept);
-* SB3: ``stable_baselines3.DQN``, ``SAC`` or ``PPO`` (by the config's model) with hyper-parameters read from the
-  same YAML (:func:`dqn_hyperparameters`, :func:`sac_hyperparameters` and :func:`ppo_hyperparameters` document
-  the mappings; settings SB3 cannot mirror stop the script).
+* SB3: ``stable_baselines3.DQN``, ``SAC``, ``TD3`` or ``PPO`` (by the config's model) with hyper-parameters read from
+  the same YAML (:func:`dqn_hyperparameters`, :func:`sac_hyperparameters`, :func:`td3_hyperparameters` and
+  :func:`ppo_hyperparameters` document the mappings; settings SB3 cannot mirror stop the script).
 
 ``steps_per_s`` is collected env frames over the wall time of building the trainer plus the whole
 training (imports and evaluation excluded); ``ratio`` is ours / SB3. With ``--repeats R`` the two trainers run R
@@ -97,7 +98,7 @@ def setting_override(key: str, value) -> str:
 
 def sb3_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dict, list[str]]:
     """SB3 keyword arguments (with ``algorithm``, ``env_id``, ``n_envs``, ``total_timesteps``, ``seed``) and the
-    known differences, for a DQN or SAC config of this framework.
+    known differences, for a DQN, SAC, TD3 or PPO config of this framework.
 
     Raises:
         ValueError: another model, or a setting SB3 cannot mirror (the message names it).
@@ -105,12 +106,14 @@ def sb3_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
     model_class = config["model"]["class_path"]
     if model_class.endswith("SACModule"):
         return sac_hyperparameters(config, total_frames, seed)
+    if model_class.endswith("TD3Module"):
+        return td3_hyperparameters(config, total_frames, seed)
     if model_class.endswith("DQNModule"):
         return dqn_hyperparameters(config, total_frames, seed)
     if model_class.endswith("PPOModule"):
         return ppo_hyperparameters(config, total_frames, seed)
-    raise ValueError(f"model {model_class} has no SB3 peer here: modules.dqn.DQNModule, modules.sac.SACModule or "
-                     f"modules.ppo.PPOModule")
+    raise ValueError(f"model {model_class} has no SB3 peer here: modules.dqn.DQNModule, modules.sac.SACModule, "
+                     f"modules.td3.TD3Module or modules.ppo.PPOModule")
 
 
 def sac_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dict, list[str]]:
@@ -359,11 +362,55 @@ class SB3Policy:
         return td
 
 
+def td3_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dict, list[str]]:
+    """SB3 ``TD3`` keyword arguments for a TD3 config of this framework, and the known differences.
+
+    Mapping (ours -> SB3; B, F, U as :func:`sac_hyperparameters`): F / B -> ``train_freq``, U -> ``gradient_steps``;
+    ``init_random_frames`` -> ``learning_starts``; ``actor_lr`` = ``critic_lr`` -> ``learning_rate``;
+    ``exploration_noise`` -> ``action_noise`` (``NormalActionNoise`` of that sigma, added in SB3's [-1, 1] action
+    space as ours is in units of the half range); ``policy_delay``, ``policy_noise`` -> ``target_policy_noise``,
+    ``noise_clip`` -> ``target_noise_clip``; ``tau``, ``gamma``, ``batch_size``, ``buffer_size``, ``num_qvalue_nets``
+    -> ``n_critics``, the hidden widths -> ``policy_kwargs.net_arch``, seed.
+
+    Raises:
+        ValueError: a setting SB3's TD3 cannot mirror (the message names it).
+    """
+    model, data = resolve(config["model"]), data_settings(config)
+    network, env = resolve(model["network"]), resolve(data["env"])
+    problems = []
+    if model["actor_lr"] != model["critic_lr"]:
+        problems.append("model.actor_lr and critic_lr must be equal (SB3's TD3 has one learning_rate)")
+    if model.get("loss_function", "l2") != "l2" or model.get("max_grad_norm") is not None:
+        problems.append("model.loss_function must be l2 and max_grad_norm null (SB3's TD3: squared error, no clip)")
+    if not data["env"]["class_path"].endswith("GymConfig"):
+        problems.append(f"env {data['env']['class_path']} (needs envs.gym.GymConfig: a gymnasium id)")
+    if problems:
+        raise ValueError("the config has settings SB3's TD3 cannot mirror: " + "; ".join(problems))
+    num_envs, frames = data["num_envs"], data["frames_per_batch"]
+    hp = {
+        "algorithm": "TD3", "env_id": env["env_id"], "n_envs": num_envs, "total_timesteps": total_frames, "seed": seed,
+        "learning_rate": model["actor_lr"], "buffer_size": data["buffer_size"],
+        "learning_starts": data["init_random_frames"], "batch_size": data["batch_size"], "tau": model["tau"],
+        "gamma": model["gamma"], "train_freq": frames // num_envs, "gradient_steps": data["utd_ratio"],
+        "action_noise": f"normal_{model['exploration_noise']}", "policy_delay": model["policy_delay"],
+        "target_policy_noise": model["policy_noise"], "target_noise_clip": model["noise_clip"],
+        "policy_kwargs": {"net_arch": {"pi": list(network["actor_hidden_dims"]),
+                                       "qf": list(network["critic_hidden_dims"])},
+                          "n_critics": model["num_qvalue_nets"]},
+    }
+    caveats = [
+        "ours takes one Adam step on the summed critic and (every policy_delay-th update) actor losses, the actor "
+        "on the critics before that step (as TorchRL's TD3 script); SB3 steps the critic first",
+        "both evaluate the final policy (the config's PolicyEvaluation / best.ckpt is left out)",
+    ]
+    return hp, caveats
+
+
 def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: str = "cpu",
               flush_denormal: bool = False, threads: int = 1) -> dict:
-    """Train SB3's DQN, SAC or PPO (``hp["algorithm"]``) with ``hp`` and play its greedy policy on ``env_spec``; runs
-    in its own process. ``flush_denormal``: with ``torch.set_flush_denormal(True)``, as this framework's fits run
-    (SB3 does not set it). ``threads``: SB3's torch threads."""
+    """Train SB3's DQN, SAC, TD3 or PPO (``hp["algorithm"]``) with ``hp`` and play its greedy policy on
+    ``env_spec``; runs in its own process. ``flush_denormal``: with ``torch.set_flush_denormal(True)``, as this
+    framework's fits run (SB3 does not set it). ``threads``: SB3's torch threads."""
     torch.set_num_threads(threads)
     torch.set_flush_denormal(flush_denormal)
     import stable_baselines3  # optional dependency (the bench extra)
@@ -375,6 +422,13 @@ def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: s
         if isinstance(hp.get(key), str) and hp[key].startswith("lin_"):
             start_value = float(hp[key][4:])
             hp[key] = lambda progress_remaining, v=start_value: progress_remaining * v
+    if isinstance(hp.get("action_noise"), str):  # "normal_<sigma>": SB3's NormalActionNoise on every action dim
+        import gymnasium as gym
+        import numpy as np
+        from stable_baselines3.common.noise import NormalActionNoise
+
+        sigma, dims = float(hp["action_noise"][7:]), gym.spec(hp["env_id"]).make().action_space.shape
+        hp["action_noise"] = NormalActionNoise(np.zeros(dims), sigma * np.ones(dims))
     kwargs = hp.get("policy_kwargs") or {}
     if isinstance(kwargs.get("activation_fn"), str):
         activation = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[kwargs["activation_fn"]]
@@ -425,7 +479,7 @@ def isolated(fn, *args):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=CONFIG, help="a DQN, SAC or PPO fit config on a gymnasium env")
+    parser.add_argument("--config", default=CONFIG, help="a DQN, SAC, TD3 or PPO fit config on a gymnasium env")
     parser.add_argument("--total_frames", type=int, default=None, help="budget in env frames (default: the config's)")
     parser.add_argument("--episodes", type=int, default=None, help="greedy evaluation episodes (default 32, quick 8)")
     parser.add_argument("--seed", type=int, default=None,

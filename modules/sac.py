@@ -27,7 +27,7 @@ from modules.target import TargetNetwork
 _RECORDED = ("loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy")
 
 
-def _mlp(out_features: int, hidden_dims: tuple[int, ...]) -> nn.Sequential:
+def lazy_mlp(out_features: int, hidden_dims: tuple[int, ...]) -> nn.Sequential:
     """ReLU MLP with a lazy input width: ``[*B, F]`` -> ``[*B, out_features]``."""
     layers: list[nn.Module] = []
     for width in hidden_dims:
@@ -67,14 +67,14 @@ class SACNetworks(nn.Module):
     def build(self, num_outputs: int, discrete: bool) -> None:
         """Create the MLPs for ``num_outputs`` (the action dim, or the number of actions)."""
         if discrete:
-            self.actor = _mlp(num_outputs, self.actor_hidden_dims)
-            self.critic = _mlp(num_outputs, self.critic_hidden_dims)
+            self.actor = lazy_mlp(num_outputs, self.actor_hidden_dims)
+            self.critic = lazy_mlp(num_outputs, self.critic_hidden_dims)
         else:
-            self.actor = nn.Sequential(_mlp(2 * num_outputs, self.actor_hidden_dims), NormalParamExtractor())
-            self.critic = _Critic(_mlp(1, self.critic_hidden_dims))
+            self.actor = nn.Sequential(lazy_mlp(2 * num_outputs, self.actor_hidden_dims), NormalParamExtractor())
+            self.critic = StateActionCritic(lazy_mlp(1, self.critic_hidden_dims))
 
 
-class _Critic(nn.Module):
+class StateActionCritic(nn.Module):
     """Q(s, a) on the concatenation ``[observation, action]``."""
 
     def __init__(self, mlp: nn.Module) -> None:

@@ -21,7 +21,7 @@ from pipelines.data import RLDataModule
 OWN = ("modules.", "pipelines.", "envs.", "callbacks.")
 # imported here so that jsonargparse knows them as subclasses (its help lists them, short names resolve)
 REGISTERED = ("callbacks", "envs.dvrp", "envs.games.config", "envs.gym", "envs.hockey", "envs.vacuum", "envs.vrptw",
-              "modules.dqn", "modules.nature_cnn", "modules.ppo", "modules.reinforce", "modules.sac",
+              "modules.dqn", "modules.nature_cnn", "modules.ppo", "modules.reinforce", "modules.sac", "modules.td3",
               "pipelines.episodes", "pipelines.data.off_policy", "pipelines.data.on_policy")
 for _name in REGISTERED:
     importlib.import_module(_name)

@@ -16,20 +16,21 @@ A seed whose folder holds a finished run (``DIR/seed_<S>/finished``) is read, no
 extended with more seeds or continued after an interruption, but only under the same settings: each seed's folder and
 the study's record the settings they were run with (``settings.json``: the fit's settings as ``pipelines.fit``
 resolves them, :func:`pipelines.fit.fit_settings`), and a folder run with other settings stops the command before
-anything starts, naming the keys that differ (exit status 2; use another ``--out``). A folder holding an unfinished
-run is refused (resume it with ``pipelines.fit --ckpt_path`` or remove it).
+anything starts, naming the keys that differ (exit status 2; use another ``--out``), as does an override of where a
+fit writes (``trainer.default_root_dir``, the logger's ``save_dir``). A folder holding an unfinished run is refused
+(resume it with ``pipelines.fit --ckpt_path`` or remove it).
 
 SIGTERM or SIGINT (Ctrl+C) is handed on to the running fits (each in its own process group, so a terminal's Ctrl+C
-reaches them once, through this command), which stop after their current step and write ``last.ckpt``; the command
-waits for them (at most :data:`STOP_WAIT_S` seconds, then kills them), marks the seeds whose fit ended with status 0
-finished and exits with 128 + the signal's number, starting no further seed. A second Ctrl+C is handed on too (the
-fits then stop at once). Exit status: 0; 1 when a seed's fit failed (its log is named); 2 for a usage or settings
-error; 130 / 143 after SIGINT / SIGTERM.
+reaches them once), which stop after their current step and write ``last.ckpt``; the command waits for them (at most
+:data:`STOP_WAIT_S` seconds, then kills them), marks the seeds whose fit ended with status 0 finished and exits with
+128 + the signal's number (130 / 143), starting no further seed; a second Ctrl+C stops the fits at once. Exit status
+otherwise: 0; 1 when a seed's fit failed (its log is named); 2 for a usage or settings error.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -42,7 +43,6 @@ from typing import Any
 from pipelines.threads import set_wait_policy, side_by_side_env
 
 set_wait_policy()  # before torch is imported (pipelines/threads.py)
-
 
 from pipelines.console import rounded  # noqa: E402
 from pipelines.fit import fit_settings  # noqa: E402
@@ -168,10 +168,8 @@ class _Fits:
         for seed, (proc, _) in list(self.running.items()):
             self.told.add(seed)
             if proc.returncode is None:
-                try:
+                with contextlib.suppress(OSError):  # (ended meanwhile)
                     proc.send_signal(signum)
-                except OSError:  # ended meanwhile
-                    pass
 
     def start(self, seed: int) -> None:
         """Start seed ``seed``'s fit in its folder, with the settings recorded there first."""
@@ -271,9 +269,11 @@ def main(argv: list[str] | None = None) -> dict:
     args, overrides = parse_with_fit_keys(parser, argv, tuple(k for k in FIT_KEYS if k != "--seed_everything"))
     if args.parallel < 1 or len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--parallel must be >= 1 and --seeds distinct (got {args.parallel}, {args.seeds})")
-    for config in args.config:
-        if not os.path.isfile(config):
-            parser.error(f"--config {config!r}: no such file")
+    for config in (c for c in args.config if not os.path.isfile(c)):
+        parser.error(f"--config {config!r}: no such file")
+    for arg in overrides:  # a fit writing elsewhere would leave its seed's folder empty
+        if arg.split("=")[0].lstrip("-") in ("trainer.default_root_dir", "trainer.logger.init_args.save_dir"):
+            parser.error(f"{arg.split('=')[0]}: each seed's run is written under --out (DIR/seed_<S>): give --out")
     stem = os.path.splitext(os.path.basename(args.config[-1]))[0]
     out = args.out or os.path.join("runs", "seeds", stem)
     try:

@@ -35,11 +35,19 @@ def test_ppo_settings_sb3_cannot_mirror_are_refused():
         sb3_hyperparameters(config, 1000, 0)
 
 
-def test_dqn_and_sac_configs_map():
+def test_dqn_sac_and_td3_configs_map():
     dqn, _ = sb3_hyperparameters(_config("cartpole_dqn.yaml"), 50_000, 0)
     assert (dqn["train_freq"], dqn["gradient_steps"], dqn["batch_size"]) == (256, 128, 64)
     sac, _ = sb3_hyperparameters(_config("pendulum_sac.yaml"), 20_000, 0)
     assert (sac["train_freq"], sac["gradient_steps"], sac["ent_coef"]) == (8, 8, "auto_1.0")
+    td3, _ = sb3_hyperparameters(_config("pendulum_td3.yaml"), 20_000, 0)
+    assert (td3["learning_starts"], td3["action_noise"], td3["policy_delay"], td3["gamma"]) == (10_000, "normal_0.1",
+                                                                                                2, 0.98)
+    assert td3["policy_kwargs"]["net_arch"] == {"pi": [400, 300], "qf": [400, 300]}
+    config = copy.deepcopy(_config("pendulum_td3.yaml"))
+    config["model"]["init_args"]["loss_function"] = "smooth_l1"
+    with pytest.raises(ValueError, match="loss_function must be l2"):
+        sb3_hyperparameters(config, 1000, 0)
 
 
 def test_repeated_rounds_report_each_sides_median_run():

@@ -18,6 +18,10 @@ from benchmarks.soak import compare
 from tests.pipelines.conftest import REPO, SMOKE
 
 CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
+PENDULUM_TD3 = str(REPO / "configs" / "pendulum_td3.yaml")
+SMALL_TD3 = ["--data.init_args.total_frames=504", "--data.init_args.replay_buffer.init_random_frames=104",
+             "--model.init_args.network.init_args.actor_hidden_dims=[32, 32]",
+             "--model.init_args.network.init_args.critic_hidden_dims=[32, 32]"]
 SMALL_DQN = ["--data.init_args.replay_buffer.init_random_frames=256", "--data.init_args.collector.num_envs=2",
              "--data.init_args.collector.frames_per_batch=64", "--data.init_args.replay_buffer.batch_size=32",
              "--data.init_args.replay_buffer.utd_ratio=2", "--data.init_args.total_frames=3200",
@@ -38,21 +42,22 @@ def _fit(root, config: str, *args: str) -> subprocess.CompletedProcess:
 def _steps(version) -> list[int]:
     events = EventAccumulator(str(version), size_guidance={"scalars": 0})
     events.Reload()
-    return [e.step for e in events.Scalars("train/loss")]
+    return [e.step for e in events.Scalars("time/optim_steps")]
 
 
 @pytest.mark.parametrize("config,args,kill_at", [
     (CARTPOLE, SMALL_DQN, 30),  # DQN on gymnasium CartPole: replay buffer, target network, gymnasium env state
     (CARTPOLE, [*SMALL_DQN, "--model.init_args.n_steps=3", "--model.init_args.double_dqn=true"], 30),  # n-step
     (SMOKE, ["--data.init_args.total_frames=3840"], 26),  # PPO on the DVRP smoke config (4 updates a batch)
-], ids=["dqn_cartpole", "dqn_nstep_cartpole", "ppo_dvrp"])
+    (PENDULUM_TD3, SMALL_TD3, 200),  # TD3 on Pendulum: exploration noise, policy delay's clock, two targets
+], ids=["dqn_cartpole", "dqn_nstep_cartpole", "ppo_dvrp", "td3_pendulum"])
 def test_sigkill_and_resume_in_a_new_process_matches_the_uninterrupted_run(tmp_path, config, args, kill_at):
     full = _fit(tmp_path / "full", config, *args)
     assert full.returncode == 0, full.stderr[-2000:]
     killed = _fit(tmp_path / "cut", config, *args, "--trainer.callbacks+=tests.pipelines.fault_probe.KillAt",
                   f"--trainer.callbacks.step={kill_at}")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    name = "cartpole_dqn" if config == CARTPOLE else "dvrp_smoke"
+    name = os.path.splitext(os.path.basename(config))[0]
     last = tmp_path / "cut" / "runs" / name / "version_0" / "checkpoints" / "last.ckpt"
     saved = torch.load(last, map_location="cpu", weights_only=True)
     assert 0 < saved["global_step"] < kill_at

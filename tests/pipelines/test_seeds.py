@@ -176,3 +176,15 @@ def test_a_signal_waits_for_the_fits_and_keeps_the_finished_ones(tmp_path, monke
         pid = int((out / f"seed_{seed}" / "ready").read_text())
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_an_override_of_where_runs_are_written_stops_before_any_fit(tmp_path, capsys):
+    """Each seed's run is written in the study's folder: a logger save_dir (or default_root_dir) on the command line
+    would send the runs elsewhere and leave the seed folders empty, so it stops the command with one line."""
+    with pytest.raises(SystemExit) as stop:
+        seeds.main(["--config", CARTPOLE, "--seeds", "0", "1", "--out", str(tmp_path / "study"),
+              f"--trainer.logger.init_args.save_dir={tmp_path / 'elsewhere'}"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --trainer.logger.init_args.save_dir: each seed's run is written under --out"), err
+    assert not (tmp_path / "study").exists() and not (tmp_path / "elsewhere").exists()
