@@ -4,16 +4,17 @@ against the new release before the pins move.
 
 Why each is private and still used: the public way is measurably slower on the step path
 (:func:`new_tensordict`, :func:`get_entry`, :func:`set_entry`), or there is none (:func:`set_wrapper_generator`,
-:func:`wrapped_gym_env`).
+:func:`wrapped_gym_env`, :func:`class_recipe`).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from tensordict import TensorDict, TensorDictBase
 
-WRITTEN_FOR = {"tensordict": "0.14", "torchrl": "0.14", "gymnasium": "1."}
+WRITTEN_FOR = {"tensordict": "0.14", "torchrl": "0.14", "gymnasium": "1.", "jsonargparse": "4.53"}
 
 
 def new_tensordict(entries: dict[str, Any], batch_size, device=None) -> TensorDict:
@@ -42,3 +43,15 @@ def set_wrapper_generator(layer, generator) -> None:
 def wrapped_gym_env(env):
     """The gymnasium env inside a TorchRL ``GymEnv`` (its ``_env``)."""
     return env._env
+
+
+def class_recipe(factory):
+    """A config's model recipe as a plain ``functools.partial(cls, **init_args)``. jsonargparse gives a
+    ``Callable[[...], Class]`` key as ``partial(call_without_instantiate_context, <its instantiator>, cls,
+    **init_args)``, and under LightningCLI that instantiator holds the whole CLI (the trainer and its callbacks):
+    a config pickled into rollout worker processes carried them along, and failed on a callback's replay storage.
+    The class and its arguments are the same; anything else is returned as it is."""
+    if (isinstance(factory, partial) and getattr(factory.func, "__module__", "").startswith("jsonargparse")
+            and len(factory.args) == 2 and isinstance(factory.args[1], type)):
+        return partial(factory.args[1], **factory.keywords)
+    return factory

@@ -23,8 +23,9 @@ def require(ok: bool, key: str, value: object, allowed: str) -> None:
 
 
 class EnvConfig(ABC):
-    """A problem's parameters. Subclasses are plain classes whose ``__init__`` arguments are the config
-    keys (validated there, so a bad value stops before any work), and build the env in :meth:`make`.
+    """A problem's parameters. Subclasses are dataclasses (``envs.vrptw.VRPTWConfig`` a plain class) whose fields are
+    the config keys (checked when the config is made, so a bad value stops before any work), and build the env in
+    :meth:`make`.
 
     A config holds parameters only. The learned models an env needs (DVRP's flexibility model, trained beside the
     policy; its neural oracle's routing policy, read from a checkpoint) are built or read by the pipeline that builds

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from envs import unwrap
+from envs.compat import class_recipe
 from envs.config import EnvConfig, require
 from envs.dvrp.baselines import BASELINES, ScriptedOfferPolicy
 from envs.dvrp.customers import CustomerModel, embedding_width
@@ -110,6 +111,7 @@ class DVRPConfig(EnvConfig):
         self._check_problem()
         self._check_oracle()
         self._check_flexibility()
+        self.flexibility = class_recipe(self.flexibility)  # (picklable without the CLI that parsed it)
         self.source = self._instance_source()
 
     def _check_problem(self) -> None:

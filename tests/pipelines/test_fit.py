@@ -77,6 +77,39 @@ def test_a_checkpoint_from_before_the_env_models_left_the_config_continues_the_s
     assert all(torch.equal(fa[k], fb[k]) for k in fa), "the old checkpoint's flexibility model was not restored"
 
 
+def test_the_retrained_flexibility_model_reaches_the_rollout_workers(tmp_path, monkeypatch):
+    """With 2 rollout worker processes, each worker's envs hold a copy of the run's flexibility model; every update
+    (``callbacks.FlexibilityUpdate``) is loaded into the learner's model and the workers' copies alike."""
+    import lightning as L
+
+    from modules.base import RLModule
+    from pipelines.data import RLDataModule
+    from pipelines.fit import FitCLI
+
+    monkeypatch.setattr("sys.argv", ["fit"])
+    cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                 save_config_callback=None, auto_configure_optimizers=False,
+                 args=["--config", SMOKE, "--data.init_args.collector.workers=2", "--trainer.logger=false",
+                       "--trainer.enable_checkpointing=false", "--trainer.enable_progress_bar=false",
+                       "--trainer.callbacks=[]", "--trainer.callbacks+=callbacks.FlexibilityUpdate",
+                       "--trainer.callbacks.every_n_frames=960", f"--trainer.default_root_dir={tmp_path}"])
+    seen = {}
+
+    class WorkerWeights(L.Callback):
+        def on_train_end(self, trainer, pl_module) -> None:  # (before the data module stops the workers)
+            collector = trainer.datamodule._collector
+            seen["workers"] = collector.map_fn("env.base_env.flexibility.state_dict", [()] * 2, [{}] * 2)
+
+    cli.trainer.callbacks.append(WorkerWeights())
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    learner = cli.datamodule.env_models["flexibility"].state_dict()
+    initial = FlexibilityModel(4, 4, embedding_dim=4, hidden_dim=32).state_dict()
+    assert not all(torch.equal(learner[k], initial[k]) for k in learner), "the model was never updated"
+    assert len(seen["workers"]) == 2
+    for weights in seen["workers"]:
+        assert all(torch.equal(weights[k], learner[k]) for k in learner), "a worker plays an outdated model"
+
+
 def test_print_config_shows_the_whole_run():
     proc = run_module("pipelines.fit", "--config", SMOKE, "--print_config")
     assert proc.returncode == 0, proc.stderr[-2000:]
