@@ -50,9 +50,16 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
         compile_mode: ``torch.compile``'s mode: null or ``default``, ``reduce-overhead`` (CUDA graphs on a GPU; on a
             CPU the same as ``default``), ``max-autotune``, ``max-autotune-no-cudagraphs``.
 
+    Attributes:
+        updates_all_parameters: every update gives every trained parameter a gradient (False for TD3, whose
+            critic-only updates leave the actor out): DDP must then look for unused parameters, which
+            ``pipelines.compatibility.check_strategy_fit`` asks of the strategy before any work.
+
     Raises:
         ValueError: ``compile_mode`` not one of those, or set without ``compile``.
     """
+
+    updates_all_parameters: bool = True
 
     def __init__(self, compile: bool = False, compile_mode: str | None = None) -> None:
         super().__init__()

@@ -136,6 +136,8 @@ class TD3Module(RLModule):
             bounded continuous.
     """
 
+    updates_all_parameters = False  # (the critic-only updates: under DDP, ddp_find_unused_parameters_true)
+
     def __init__(self, network: TD3Networks, actor_lr: float = 1e-3, critic_lr: float = 1e-3, gamma: float = 0.99,
                  tau: float = 0.005, num_qvalue_nets: int = 2, policy_delay: int = 2, exploration_noise: float = 0.1,
                  policy_noise: float = 0.2, noise_clip: float = 0.5, loss_function: str = "l2",

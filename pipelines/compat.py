@@ -9,8 +9,8 @@ from tensordict import TensorDict
 
 WRITTEN_FOR = {"jsonargparse": "4.53", "lightning": "2.6", "torchrl": "0.14", "ray": "2.60"}
 
-__all__ = ["WRITTEN_FOR", "debug_mode_active", "denying_import_path_entry", "ray_actor_state",
-           "set_logger_purge_step", "set_transform_buffer", "transform_buffer"]
+__all__ = ["WRITTEN_FOR", "ddp_finds_unused_parameters", "debug_mode_active", "denying_import_path_entry",
+           "ray_actor_state", "set_logger_purge_step", "set_transform_buffer", "transform_buffer"]
 
 
 def set_logger_purge_step(logger, step: int) -> None:
@@ -37,3 +37,9 @@ def ray_actor_state(handle) -> dict:
     from ray._private import state as gcs
 
     return gcs.actors(handle._actor_id.hex()) or {}
+
+
+def ddp_finds_unused_parameters(strategy) -> bool:
+    """Whether a Lightning ``DDPStrategy`` was made with ``find_unused_parameters=True`` (``ddp_find_unused_parameters
+    _true``): its ``_ddp_kwargs``, the arguments it hands ``DistributedDataParallel`` (no public getter)."""
+    return bool(getattr(strategy, "_ddp_kwargs", {}).get("find_unused_parameters", False))

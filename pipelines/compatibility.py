@@ -14,10 +14,12 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
+from lightning.pytorch.strategies import DDPStrategy
 
 from envs import EnvConfig, EnvSpecs, make_env
 from modules.base import RLModule
 from modules.compatibility import class_path
+from pipelines.compat import ddp_finds_unused_parameters
 from pipelines.data import OnPolicyDataModule, RLDataModule
 
 
@@ -96,3 +98,17 @@ def check_data_fit(model: RLModule, data: RLDataModule) -> None:
     if on_policy and data.frames_per_batch % model.mini_batch_size:
         raise ValueError(f"data.collector.frames_per_batch={data.frames_per_batch} must be a multiple of "
                          f"model.mini_batch_size={model.mini_batch_size} (whole minibatches per collected batch)")
+
+
+def check_strategy_fit(model: RLModule, strategy) -> None:
+    """Check, before any work, that a module whose updates leave some parameters without gradients
+    (``updates_all_parameters = False``: TD3's critic-only updates) runs under a DDP strategy that looks for unused
+    parameters; plain DDP would stop at the first such update with a traceback.
+
+    Raises:
+        ValueError: the strategy to use instead, naming the module.
+    """
+    if not model.updates_all_parameters and isinstance(strategy, DDPStrategy) and not ddp_finds_unused_parameters(
+            strategy):
+        raise ValueError(f"trainer.strategy: model.class_path={class_path(model)} leaves some parameters out of some "
+                         f"updates, which DDP must be told: use --trainer.strategy=ddp_find_unused_parameters_true")

@@ -48,7 +48,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E40
 from modules.base import RLModule  # noqa: E402
 from pipelines.catalogue import catalogue  # noqa: E402
 from pipelines.checkpoints import IDENTITY_KEYS, check_resume_checkpoint, weights_mismatch  # noqa: E402
-from pipelines.compatibility import check_data_fit, check_env_fit  # noqa: E402
+from pipelines.compatibility import check_data_fit, check_env_fit, check_strategy_fit  # noqa: E402
 from pipelines.console import quiet_console, run_summary  # noqa: E402
 from pipelines.data import RLDataModule, StopRequested  # noqa: E402
 from pipelines.import_policy import HELP as IMPORT_HELP  # noqa: E402
@@ -184,6 +184,7 @@ class FitCLI(LightningCLI):
             self.datamodule.check_device(self.datamodule.device or self.trainer.strategy.root_device)
             check_env_fit(self.model, self.datamodule)  # env <-> algorithm, before anything is written
             check_data_fit(self.model, self.datamodule)  # data path <-> algorithm
+            check_strategy_fit(self.model, self.trainer.strategy)  # DDP <-> the algorithm's updates
             if self.trains:
                 self.datamodule.check_budget(self.trainer.world_size)
         except Exception as err:

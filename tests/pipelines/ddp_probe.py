@@ -15,8 +15,8 @@ class DDPProbe(L.Callback):
         self.first_xy: float | None = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if self.first_xy is None:
-            base = trainer.datamodule.env.base_env
+        base = getattr(trainer.datamodule.env, "base_env", trainer.datamodule.env)
+        if self.first_xy is None and hasattr(base, "instances"):  # (a DVRP env's first day)
             self.first_xy = float(base.instances["xy"].sum())
 
     @staticmethod
@@ -25,11 +25,13 @@ class DDPProbe(L.Callback):
         ``map_fn``), else the in-process env's."""
         data = trainer.datamodule
         collector = data._collector
-        if hasattr(collector, "map_fn"):
+        if data.workers:
             n = data.workers
             states = collector.map_fn("env.base_env.resume_state", [()] * n, [{}] * n)
             return [seed for state in states for seed in state["row_seed"].tolist()]
-        return data.env.base_env.resume_state()["row_seed"].tolist()
+        base = getattr(data.env, "base_env", data.env)
+        state = base.resume_state() if hasattr(base, "resume_state") else {}
+        return state["row_seed"].tolist() if "row_seed" in state else []  # (a gymnasium env has none)
 
     def on_train_end(self, trainer, pl_module) -> None:
         params = torch.cat([p.detach().flatten() for p in pl_module.parameters()])

@@ -153,3 +153,12 @@ def test_num_actions_taken_from_the_env_trains_acrobot_and_evaluates(tmp_path):
                                                   cli.model.network.state_dict().values(), strict=True))
     table = evaluate(["--ckpt_path", last, "--episodes", "2", "--num_envs", "2", "--policies"])
     assert set(table) == {"dqn"} and -500 <= table["dqn"]["mean_return"] <= 0
+
+
+def test_td3_under_plain_ddp_stops_before_any_work(tmp_path, capsys):
+    """TD3's critic-only updates leave the actor without gradients, which plain DDP stops on at the first such update
+    (with a traceback); the run stops first with one line naming the strategy that works (tested in test_ddp.py)."""
+    line = _rejected(tmp_path, capsys, str(CONFIGS / "pendulum_td3.yaml"), "--trainer.strategy=ddp",
+                     "--trainer.devices=2", "--trainer.accelerator=cpu")
+    assert line == ("error: trainer.strategy: model.class_path=modules.td3.TD3Module leaves some parameters out of "
+                    "some updates, which DDP must be told: use --trainer.strategy=ddp_find_unused_parameters_true")

@@ -41,6 +41,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def test_td3_on_two_cpu_ranks_with_unused_parameters_found(tmp_path):
+    """TD3 under DDP (``ddp_find_unused_parameters_true``: its critic-only updates leave the actor out): both ranks
+    train, and their weights stay identical."""
+    probe = tmp_path / "probe"
+    proc = run_module("pipelines.fit", "--config", str(REPO / "configs" / "pendulum_td3.yaml"),
+                      "--trainer.strategy=ddp_find_unused_parameters_true", "--trainer.accelerator=cpu",
+                      "--trainer.devices=2", "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false",
+                      "--data.init_args.total_frames=512", "--data.init_args.replay_buffer.init_random_frames=104",
+                      "--model.init_args.network.init_args.actor_hidden_dims=[32, 32]",
+                      "--model.init_args.network.init_args.critic_hidden_dims=[32, 32]",
+                      "--trainer.callbacks+=tests.pipelines.ddp_probe.DDPProbe", f"--trainer.callbacks.out_dir={probe}",
+                      f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = [json.loads((probe / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["params"] == ranks[1]["params"], "weights diverged across ranks"
+    assert ranks[0]["steps"] == ranks[1]["steps"] > 0
+
+
 def test_ddp_two_nodes_on_loopback(tmp_path):
     """``--trainer.num_nodes=2`` as on two machines (one process per node, ``NODE_RANK`` 0 and 1, the master on
     loopback): the nodes collect with different seeds, end with identical weights, and count frames over both."""
