@@ -16,10 +16,11 @@ from modules.flexibility import FlexibilityModel
 from modules.q_networks import MultiAgentQNetwork, QNetwork
 from modules.routing import RoutingPolicy
 from modules.sac import SACNetworks
+from modules.td3 import TD3Networks
 from pipelines.catalogue import class_path, sections, subclasses
 from tests.pipelines.conftest import REPO, run_module
 
-NETWORKS = [QNetwork, MultiAgentQNetwork, *subclasses(ActorCriticNetwork), SACNetworks, RoutingPolicy,
+NETWORKS = [QNetwork, MultiAgentQNetwork, *subclasses(ActorCriticNetwork), SACNetworks, TD3Networks, RoutingPolicy,
             FlexibilityModel]
 CLASSES = [c for classes in sections().values() for c in classes] + NETWORKS
 
