@@ -19,6 +19,7 @@ from torchrl.envs import EnvBase, GymEnv, ParallelEnv, SerialEnv
 
 from envs.compat import new_tensordict, set_wrapper_generator, wrapped_gym_env
 from envs.config import EnvConfig
+from envs.partially_observed import register as register_partially_observed
 
 BACKENDS = ("vector", "serial", "parallel")
 # gymnasium envs whose whole state is plain attributes (numbers, arrays, the np_random generator) on the env and
@@ -26,6 +27,8 @@ BACKENDS = ("vector", "serial", "parallel")
 RESTORABLE_MODULES = ("gymnasium.envs.classic_control.", "gymnasium.envs.toy_text.")
 _SKIP = object()
 
+
+register_partially_observed()  # CartPoleNoVel-v1: gymnasium ids of this project, known wherever envs.gym is imported
 
 def _plain(value: object) -> object:
     """``value`` as checkpoint data (numbers, strings, None, tensors for numeric arrays, lists of those), or
@@ -141,10 +144,16 @@ class GymConfig(EnvConfig):
         if self.backend == "vector":
             env = GymVectorEnv(self.env_id, num_envs, device, self.render_mode)
         else:
-            make_one = partial(GymEnv, self.env_id, categorical_action_encoding=True, device=device)
+            make_one = partial(one_gym_env, self.env_id, device)
             env = (SerialEnv if self.backend == "serial" else ParallelEnv)(num_envs, make_one)
         env.set_seed(seed)
         return env
+
+
+def one_gym_env(env_id: str, device: torch.device | str) -> GymEnv:
+    """TorchRL's ``GymEnv`` of one gymnasium env (int64 discrete actions): a worker of a ``ParallelEnv`` that unpickles
+    this imports this module, so the ids it registers are known there too."""
+    return GymEnv(env_id, categorical_action_encoding=True, device=device)
 
 
 def one_env_specs(one: EnvBase, name: str) -> tuple[TensorSpec, TensorSpec, TensorSpec, TensorSpec]:
