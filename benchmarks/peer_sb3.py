@@ -43,6 +43,7 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from multiprocessing import get_context
@@ -116,6 +117,38 @@ def sb3_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
                      f"modules.td3.TD3Module or modules.ppo.PPOModule")
 
 
+def actor_critic_hyperparameters(config: dict, algorithm: str, total_frames: int, seed: int,
+                                 problems: Callable[[dict], list[str]]) -> tuple[dict, dict, dict]:
+    """The SB3 keyword arguments its SAC and TD3 share, for an off-policy actor-critic config of this framework (B =
+    ``num_envs``, F = ``frames_per_batch``, U = ``utd_ratio``): F / B -> ``train_freq``, U -> ``gradient_steps`` (U
+    updates after every F frames in both); ``init_random_frames`` -> ``learning_starts``; ``actor_lr`` ->
+    ``learning_rate``; ``tau``, ``gamma``, ``batch_size``, ``buffer_size``, ``num_qvalue_nets`` -> ``n_critics``,
+    ``actor_hidden_dims`` / ``critic_hidden_dims`` -> ``policy_kwargs.net_arch`` (``pi`` / ``qf``); seed. Returns
+    them with the model's and the data module's resolved settings.
+
+    Raises:
+        ValueError: what ``problems(model settings)`` finds, or an env other than a gymnasium id (one message).
+    """
+    model, data = resolve(config["model"]), data_settings(config)
+    network, env = resolve(model["network"]), resolve(data["env"])
+    found = problems(model)
+    if not data["env"]["class_path"].endswith("GymConfig"):
+        found.append(f"env {data['env']['class_path']} (needs envs.gym.GymConfig: a gymnasium id)")
+    if found:
+        raise ValueError(f"the config has settings SB3's {algorithm} cannot mirror: " + "; ".join(found))
+    hp = {
+        "algorithm": algorithm, "env_id": env["env_id"], "n_envs": data["num_envs"], "total_timesteps": total_frames,
+        "seed": seed, "learning_rate": model["actor_lr"], "buffer_size": data["buffer_size"],
+        "learning_starts": data["init_random_frames"], "batch_size": data["batch_size"], "tau": model["tau"],
+        "gamma": model["gamma"], "train_freq": data["frames_per_batch"] // data["num_envs"],
+        "gradient_steps": data["utd_ratio"],
+        "policy_kwargs": {"net_arch": {"pi": list(network["actor_hidden_dims"]),
+                                       "qf": list(network["critic_hidden_dims"])},
+                          "n_critics": model["num_qvalue_nets"]},
+    }
+    return hp, model, data
+
+
 def sac_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dict, list[str]]:
     """SB3 ``SAC`` keyword arguments for a SAC config of this framework, and the known differences.
 
@@ -130,26 +163,11 @@ def sac_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
     Raises:
         ValueError: a setting SB3's SAC cannot mirror (the message names it).
     """
-    model, data = resolve(config["model"]), data_settings(config)
-    network, env = resolve(model["network"]), resolve(data["env"])
-    problems = []
-    if not (model["actor_lr"] == model["critic_lr"] == model["alpha_lr"]):
-        problems.append("model.actor_lr, critic_lr and alpha_lr must be equal (SB3's SAC has one learning_rate)")
-    if not data["env"]["class_path"].endswith("GymConfig"):
-        problems.append(f"env {data['env']['class_path']} (needs envs.gym.GymConfig: a gymnasium id)")
-    if problems:
-        raise ValueError("the config has settings SB3's SAC cannot mirror: " + "; ".join(problems))
-    num_envs, frames = data["num_envs"], data["frames_per_batch"]
-    hp = {
-        "algorithm": "SAC", "env_id": env["env_id"], "n_envs": num_envs, "total_timesteps": total_frames, "seed": seed,
-        "learning_rate": model["actor_lr"], "buffer_size": data["buffer_size"],
-        "learning_starts": data["init_random_frames"], "batch_size": data["batch_size"], "tau": model["tau"],
-        "gamma": model["gamma"], "train_freq": frames // num_envs, "gradient_steps": data["utd_ratio"],
-        "ent_coef": model["alpha_init"] if model["fixed_alpha"] else f"auto_{model['alpha_init']}",
-        "policy_kwargs": {"net_arch": {"pi": list(network["actor_hidden_dims"]),
-                                       "qf": list(network["critic_hidden_dims"])},
-                          "n_critics": model["num_qvalue_nets"]},
-    }
+    hp, model, data = actor_critic_hyperparameters(config, "SAC", total_frames, seed, lambda model: [
+        "model.actor_lr, critic_lr and alpha_lr must be equal (SB3's SAC has one learning_rate)"
+    ] if not model["actor_lr"] == model["critic_lr"] == model["alpha_lr"] else [])
+    hp["ent_coef"] = model["alpha_init"] if model["fixed_alpha"] else f"auto_{model['alpha_init']}"
+    frames = data["frames_per_batch"]
     random_frames = -(-data["init_random_frames"] // frames) * frames
     caveats = [
         f"ours acts randomly for whole collected batches: {random_frames} frames vs SB3's {data['init_random_frames']}",
@@ -375,29 +393,17 @@ def td3_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
     Raises:
         ValueError: a setting SB3's TD3 cannot mirror (the message names it).
     """
-    model, data = resolve(config["model"]), data_settings(config)
-    network, env = resolve(model["network"]), resolve(data["env"])
-    problems = []
-    if model["actor_lr"] != model["critic_lr"]:
-        problems.append("model.actor_lr and critic_lr must be equal (SB3's TD3 has one learning_rate)")
-    if model.get("loss_function", "l2") != "l2" or model.get("max_grad_norm") is not None:
-        problems.append("model.loss_function must be l2 and max_grad_norm null (SB3's TD3: squared error, no clip)")
-    if not data["env"]["class_path"].endswith("GymConfig"):
-        problems.append(f"env {data['env']['class_path']} (needs envs.gym.GymConfig: a gymnasium id)")
-    if problems:
-        raise ValueError("the config has settings SB3's TD3 cannot mirror: " + "; ".join(problems))
-    num_envs, frames = data["num_envs"], data["frames_per_batch"]
-    hp = {
-        "algorithm": "TD3", "env_id": env["env_id"], "n_envs": num_envs, "total_timesteps": total_frames, "seed": seed,
-        "learning_rate": model["actor_lr"], "buffer_size": data["buffer_size"],
-        "learning_starts": data["init_random_frames"], "batch_size": data["batch_size"], "tau": model["tau"],
-        "gamma": model["gamma"], "train_freq": frames // num_envs, "gradient_steps": data["utd_ratio"],
-        "action_noise": f"normal_{model['exploration_noise']}", "policy_delay": model["policy_delay"],
-        "target_policy_noise": model["policy_noise"], "target_noise_clip": model["noise_clip"],
-        "policy_kwargs": {"net_arch": {"pi": list(network["actor_hidden_dims"]),
-                                       "qf": list(network["critic_hidden_dims"])},
-                          "n_critics": model["num_qvalue_nets"]},
-    }
+
+    def problems(model: dict) -> list[str]:
+        found = ["model.actor_lr and critic_lr must be equal (SB3's TD3 has one learning_rate)"] \
+            if model["actor_lr"] != model["critic_lr"] else []
+        if model.get("loss_function", "l2") != "l2" or model.get("max_grad_norm") is not None:
+            found.append("model.loss_function must be l2 and max_grad_norm null (SB3's TD3: squared error, no clip)")
+        return found
+
+    hp, model, _ = actor_critic_hyperparameters(config, "TD3", total_frames, seed, problems)
+    hp.update({"action_noise": f"normal_{model['exploration_noise']}", "policy_delay": model["policy_delay"],
+               "target_policy_noise": model["policy_noise"], "target_noise_clip": model["noise_clip"]})
     caveats = [
         "ours takes one Adam step on the summed critic and (every policy_delay-th update) actor losses, the actor "
         "on the critics before that step (as TorchRL's TD3 script); SB3 steps the critic first",
