@@ -6,6 +6,7 @@
     python benchmarks/peer_sb3.py --config configs/pendulum_sac.yaml    # SAC on Pendulum-v1
     python benchmarks/peer_sb3.py --config configs/pendulum_td3.yaml    # TD3 on Pendulum-v1
     python benchmarks/peer_sb3.py --config configs/cartpole_ppo.yaml    # PPO on CartPole-v1 (8 envs)
+    python benchmarks/peer_sb3.py --config configs/pendulum_ppo.yaml    # PPO on Pendulum-v1 (continuous)
 
 Needs the ``bench`` extra (``pip install -e .[bench]``: stable-baselines3). Each trainer runs in its own
 spawned process with ``torch.set_num_threads(1)`` (SB3: ``--sb3_threads``), so peak memory (``ru_maxrss`` of that
@@ -259,7 +260,11 @@ def ppo_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
     linear`` -> ``lin_<lr>``) -> ``learning_rate``, ``entropy_coeff`` -> ``ent_coef``, ``critic_coeff`` ->
     ``vf_coef``, ``max_grad_norm``, ``normalize_advantage``; ``MLPActorCritic``'s ``hidden_dims``,
     ``activation`` and ``orthogonal_init`` -> ``policy_kwargs`` (``net_arch`` pi / vf, ``activation_fn``,
-    ``ortho_init``). Both schedules decay with the frames collected so far, read once per collected batch.
+    ``ortho_init``). Both schedules decay with the frames collected so far, read once per collected batch. On
+    continuous actions: ``log_std_init`` -> ``policy_kwargs.log_std_init`` (``squash: clip``, SB3's, without gSDE);
+    ``normalize_observation`` / ``normalize_reward`` / ``normalize_clip`` -> ``normalize`` (SB3's ``VecNormalize``
+    with ``norm_obs``, ``norm_reward``, ``clip_obs`` = ``clip_reward`` and the algorithm's gamma, RL Zoo's
+    ``normalize: true``).
 
     Raises:
         ValueError: a setting SB3's PPO cannot mirror (the message names it).
@@ -275,6 +280,8 @@ def ppo_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
         problems.append("model.loss_critic_type must be l2 and model.reward_scale 1 (SB3: MSE value loss, raw rewards)")
     if not data["env"]["class_path"].endswith("GymConfig"):
         problems.append(f"env {data['env']['class_path']} (needs envs.gym.GymConfig: a gymnasium id)")
+    if model.get("squash", "clip") != "clip":
+        problems.append("model.squash must be clip (SB3's PPO squashes only with gSDE)")
     if problems:
         raise ValueError("the config has settings SB3's PPO cannot mirror: " + "; ".join(problems))
 
@@ -290,12 +297,19 @@ def ppo_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
         "vf_coef": model["critic_coeff"], "max_grad_norm": model["max_grad_norm"],
         "normalize_advantage": model["normalize_advantage"],
         "policy_kwargs": {"net_arch": {"pi": list(network["hidden_dims"]), "vf": list(network["hidden_dims"])},
-                          "activation_fn": network["activation"], "ortho_init": network["orthogonal_init"]},
+                          "activation_fn": network["activation"], "ortho_init": network["orthogonal_init"],
+                          "log_std_init": model.get("log_std_init", 0.0)},
     }
     caveats = [
         "SB3's PPO builds Adam with eps 1e-5, ours with torch's default 1e-8",
         "both evaluate the final policy (the config's PolicyEvaluation / best.ckpt is left out)",
     ]
+    if model.get("normalize_observation") or model.get("normalize_reward"):
+        hp["normalize"] = {"norm_obs": bool(model.get("normalize_observation")),
+                           "norm_reward": bool(model.get("normalize_reward")), "clip_obs": model["normalize_clip"],
+                           "clip_reward": model["normalize_clip"], "gamma": model["gamma"]}
+        caveats.append("ours merges a collected batch into the normalisation's statistics after it (the batch "
+                       "played with the statistics of the batches before), SB3's VecNormalize at every step")
     return hp, caveats
 
 
@@ -369,11 +383,14 @@ class SB3Policy:
     """An SB3 model as a TensorDict policy for ``pipelines.evaluate.play``: greedy ``action`` from ``observation``
     (int64 ``[B]`` for a discrete action space, float32 ``[B, A]`` for a box)."""
 
-    def __init__(self, model) -> None:
-        self.model = model
+    def __init__(self, model, normalize=None) -> None:
+        self.model, self.normalize = model, normalize
 
     def __call__(self, td):
-        action, _ = self.model.predict(td["observation"].cpu().numpy(), deterministic=True)
+        observation = td["observation"].cpu().numpy()
+        if self.normalize is not None:  # VecNormalize's observation statistics, frozen
+            observation = self.normalize.normalize_obs(observation)
+        action, _ = self.model.predict(observation, deterministic=True)
         action = torch.as_tensor(action)
         action = action.long() if not action.is_floating_point() else action.float()
         td["action"] = action.reshape(*td.batch_size, *action.shape[1:])
@@ -442,7 +459,12 @@ def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: s
     algorithm = getattr(stable_baselines3, hp.pop("algorithm"))
     env_id, n_envs, total, seed = hp.pop("env_id"), hp.pop("n_envs"), hp.pop("total_timesteps"), hp.pop("seed")
     start = time.perf_counter()
+    normalize = hp.pop("normalize", None)
     env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+    if normalize is not None:
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        env = VecNormalize(env, **normalize)
     model = algorithm("MlpPolicy", env, seed=seed, device=device, verbose=0, **hp)
     model.set_logger(Logger(folder=None, output_formats=[]))  # (SB3's default makes an empty folder in /tmp per run)
     model.learn(total_timesteps=total)
@@ -454,7 +476,10 @@ def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: s
     module, name = env_spec["class_path"].rsplit(".", 1)
     env_config = getattr(importlib.import_module(module), name)(**(env_spec.get("init_args") or {}))
     start = time.perf_counter()
-    returns = play(env_config, lambda env: SB3Policy(model), episodes, min(episodes, 32), eval_seed)["episode_return"]
+    if normalize is not None:
+        env.training = False
+    policy = SB3Policy(model, env if normalize is not None else None)
+    returns = play(env_config, lambda _: policy, episodes, min(episodes, 32), eval_seed)["episode_return"]
     frames = model.num_timesteps
     return {"frames": frames, "updates": model._n_updates, "wall_s": wall, "steps_per_s": frames / wall,
             "peak_rss_mb": peak, **summarise(returns), "eval_episodes": returns.numel(),

@@ -88,7 +88,8 @@ class Acting:
         booleans are expected is refused). What the env computes is part of its observation and is not redone
         here: the emulated games' (``envs.games``) grayscale, resize and frame stack (``pixels`` ``[4, 84, 84]``
         uint8, not the raw screen), the DVRP env's flexibility features (from the env's learned model). None of this
-        project's envs normalises observations outside the networks (pixels are scaled to [0, 1] inside the CNN).
+        project's envs normalises observations outside the networks (pixels are scaled to [0, 1] inside the CNN; PPO's
+        running observation normalisation, ``normalize_observation``, is the module's and applies here too).
 
         Args:
             observation: as above; one observation, or a batch with a leading batch dim ``N``.

@@ -16,7 +16,8 @@ from envs import EnvSpecs
 NETWORK = "model.init_args.network.init_args"  # the config section of a module's network's own arguments
 # which algorithms take which kind of action (for the hint of a mismatch)
 ALGORITHMS_FOR = {"discrete": "modules.dqn.DQNModule, modules.ppo.PPOModule or modules.sac.SACModule",
-                  "continuous": "modules.sac.SACModule or modules.td3.TD3Module (bounded actions)"}
+                  "continuous": "modules.ppo.PPOModule, or modules.sac.SACModule or modules.td3.TD3Module (bounded "
+                                "actions)"}
 
 
 def class_path(obj: object) -> str:

@@ -33,6 +33,12 @@ class MetricLogging:
     def _world_size(self) -> int:
         return self.trainer.world_size if self._trainer is not None else 1
 
+    def _sum_over_ranks(self):
+        """A function that sums a tensor over DDP ranks (a collective), or None in one process."""
+        if self._world_size() == 1:
+            return None
+        return lambda tensor: self.trainer.strategy.reduce(tensor, reduce_op="sum")
+
     def flush_metrics(self) -> None:
         """Average the recorded metrics, reduce them over ranks and write them at x = collected frames.
 

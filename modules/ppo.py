@@ -18,15 +18,13 @@ from envs import EnvSpecs
 from modules.actor_critic import ActorCriticNetwork, CategoricalPolicy
 from modules.base import RLModule
 from modules.checks import DISCOUNT, LEARNING_RATE, check_hparams
-from modules.compatibility import (
-    class_path,
-    require_action_kind,
-    require_keys,
-    require_num_actions,
-    require_single_agent,
-)
+from modules.compatibility import class_path
+from modules.gae import bootstrapped_gae
+from modules.gaussian import GaussianPolicy, Squash, gaussian_entropy, gaussian_log_prob
+from modules.normalization import VecNormalization
 from modules.policy import TensorPolicy
-from modules.ppo_loss import ppo_loss
+from modules.ppo_loss import clipped_loss, ppo_loss
+from modules.ppo_policy import check_policy_fits, policy_head
 
 _RECORDED = ("loss_objective", "loss_critic", "loss_entropy", "entropy", "kl_approx", "clip_fraction",
              "explained_variance", "loss", "grad_norm")
@@ -37,13 +35,15 @@ MAX_REWARD_SCALE = 1e6
 
 
 class PPOModule(RLModule):
-    """Clipped-objective PPO with a masked categorical actor and a critic on a shared encoder.
+    """Clipped-objective PPO with a categorical or Gaussian actor and a critic on a shared encoder.
 
-    The encoder runs once per minibatch (``hidden``); the actor head (``MaskedCategorical`` over
-    ``action_mask``, or a plain categorical when ``action_mask_key`` is null) and the value head both
-    read it. Advantages come from GAE on each collected batch ``[B, T]`` before it is split into
-    minibatches (by the data pipeline); ``training_step`` gets all the minibatches of a collected batch and takes
-    one optimiser step per minibatch.
+    The encoder runs once per minibatch (``hidden``); the actor head and the value head both read it. On discrete
+    actions the actor is categorical (``MaskedCategorical`` over ``action_mask``, or a plain categorical when
+    ``action_mask_key`` is null); on continuous ones it is :class:`modules.gaussian.GaussianPolicy` (the network's
+    policy output is the mean, with a learned state-independent log standard deviation, the action clipped or
+    squashed into the bounds, its probabilities those of the unclipped draw ``raw_action``). Advantages come
+    from GAE on each collected batch ``[B, T]`` before it is split into minibatches (by the data pipeline);
+    ``training_step`` gets all the minibatches of a collected batch and takes one optimiser step per minibatch.
 
     Args:
         network: the actor-critic network (encoder, policy head, value head).
@@ -65,6 +65,13 @@ class PPOModule(RLModule):
         ppo_epochs: passes over each collected batch (SB3's ``n_epochs``).
         mini_batch_size: frames per minibatch (SB3's ``batch_size``); the data's ``collector.frames_per_batch``
             must be a multiple of it (checked before any work by :func:`pipelines.compatibility.check_data_fit`).
+        squash: continuous actions only: ``clip`` the Gaussian draw to the bounds (SB3's PPO) or ``tanh`` squash it.
+        log_std_init: continuous actions only: the initial log standard deviation (SB3's ``log_std_init``).
+        normalize_observation: standardise the observation by its running mean and variance
+            (:class:`modules.normalization.VecNormalization`; the network must read one flat float entry).
+        normalize_reward: divide rewards by the running standard deviation of the ``gamma``-discounted return
+            (then ``reward_scale`` must stay 1).
+        normalize_clip: both normalisations clip at this many standard deviations (SB3's 10).
         compile: run the update's loss through ``torch.compile`` (see :class:`modules.base.RLModule`).
         compile_mode: ``torch.compile``'s mode (null, ``default``, ``reduce-overhead``: CUDA graphs, ...).
     """
@@ -87,6 +94,11 @@ class PPOModule(RLModule):
         loss_critic_type: Literal["l2", "smooth_l1"] = "l2",
         ppo_epochs: int = 10,
         mini_batch_size: int = 64,
+        squash: Squash = "clip",
+        log_std_init: float = 0.0,
+        normalize_observation: bool = False,
+        normalize_reward: bool = False,
+        normalize_clip: float = 10.0,
         compile: bool = False,
         compile_mode: str | None = None,
     ) -> None:
@@ -100,10 +112,16 @@ class PPOModule(RLModule):
                       ("reward_scale", reward_scale, 0 < reward_scale <= MAX_REWARD_SCALE,
                        f"in (0, {MAX_REWARD_SCALE:g}] (a multiplier of the env's reward)"),
                       ("ppo_epochs", ppo_epochs, ppo_epochs >= 1, ">= 1"),
-                      ("mini_batch_size", mini_batch_size, mini_batch_size >= 1, ">= 1 (frames)"))
-        for key, value in (("lr_schedule", lr_schedule), ("clip_schedule", clip_schedule)):
-            if value not in ("constant", "linear"):
-                raise ValueError(f"model.{key}={value!r} is not allowed: one of constant, linear")
+                      ("mini_batch_size", mini_batch_size, mini_batch_size >= 1, ">= 1 (frames)"),
+                      ("log_std_init", log_std_init, -20 <= log_std_init <= 2, "in [-20, 2]"),
+                      ("normalize_clip", normalize_clip, 0 < normalize_clip < math.inf, "> 0 and finite"),
+                      ("reward_scale", reward_scale, not normalize_reward or reward_scale == 1.0,
+                       "1 with model.normalize_reward=true (the normalisation scales the rewards)"))
+        for key, value, allowed in (("lr_schedule", lr_schedule, ("constant", "linear")),
+                                    ("clip_schedule", clip_schedule, ("constant", "linear")),
+                                    ("squash", squash, ("clip", "tanh"))):
+            if value not in allowed:
+                raise ValueError(f"model.{key}={value!r} is not allowed: one of {', '.join(allowed)}")
         self.save_config("network")
         self.network = network
         self.encoder = TensorDictModule(network.encode, in_keys=list(network.in_keys), out_keys=["hidden"])
@@ -114,6 +132,8 @@ class PPOModule(RLModule):
         masked = action_mask_key is not None
         keys = [*network.in_keys, *network.policy_keys, *([action_mask_key] if masked else [])]
         self._policy = TensorPolicy(CategoricalPolicy(network, masked), keys, ["action", "action_log_prob", "hidden"])
+        self.continuous = False  # a Gaussian policy (prepare, on a continuous env)
+        self.normalization: VecNormalization | None = None  # (prepare, where normalize_observation / _reward)
 
     @property
     def collector_policy(self) -> TensorPolicy:
@@ -132,35 +152,30 @@ class PPOModule(RLModule):
         return int(self.hparams.mini_batch_size)
 
     def prepare(self, specs: EnvSpecs) -> None:
-        """Fit the policy head to the env's number of actions, then materialise lazy layers on an example
-        observation of the env.
+        """Fit the policy head to the env's actions (:func:`modules.ppo_policy.policy_head`), add the normalisation,
+        then materialise lazy layers on an example observation of the env.
 
         Raises:
             ValueError: the network was built for another number of actions.
         """
-        space = getattr(specs.agent_action_spec, "space", None)
-        if hasattr(space, "n"):
-            self.network.shape_actions(int(space.n))
+        h = self.hparams
+        head = policy_head(specs, self.network, self._policy.module, h.squash, h.log_std_init)
+        self.continuous = isinstance(head, GaussianPolicy)
+        if h.normalize_observation or h.normalize_reward:
+            key, example = self.network.in_keys[0], specs.example_observation
+            shape = tuple(example.get(key).shape[example.batch_dims:]) if h.normalize_observation else None
+            self.normalization = VecNormalization(key, shape, h.gamma if h.normalize_reward else None,
+                                                  h.normalize_clip)
+            head = self.normalization.wrap(head)
+        if head is not self._policy.module:
+            out = ["action", *(["raw_action"] if self.continuous else []), "action_log_prob", "hidden"]
+            self._policy = TensorPolicy(head, self._policy.in_keys, out)
         self.materialize(specs.example_observation)
 
     def check_env(self, specs: EnvSpecs) -> None:
-        """PPO here trains one agent with discrete actions (a categorical policy over the actor's logits); the
-        network's ``num_actions``, where given, must be the env's; the entries the network reads (``in_keys``,
-        ``policy_keys``) and ``action_mask_key`` must be in the env's observation.
-
-        Raises:
-            ValueError: the first mismatch, naming the config key and both sides (e.g. PPO on ``Pendulum-v1``:
-                ``... takes discrete actions, but the env (Pendulum-v1) has continuous actions [1] (bounded) ...``).
-        """
-        h, net = self.hparams, self.network
-        module = class_path(self)
-        require_single_agent(specs, module, "modules.dqn.DQNModule or modules.sac.SACModule (multi-agent replay)")
-        require_action_kind(specs, ("discrete",), module)
-        require_num_actions(specs, getattr(net, "num_actions", None))
-        require_keys(specs, f"model.init_args.network (class_path={class_path(net)})", [*net.in_keys, *net.policy_keys])
-        if h.action_mask_key is not None:
-            require_keys(specs, "model.init_args.action_mask_key", [h.action_mask_key],
-                         "set it to null for an env without an action mask")
+        """:func:`modules.ppo_policy.check_policy_fits` (raises its ``ValueError``)."""
+        h = self.hparams
+        check_policy_fits(specs, class_path(self), self.network, h.action_mask_key, h.squash, h.normalize_observation)
 
     def materialize(self, observation: TensorDict) -> None:
         """Run the policy once on ``observation`` (no grad) so that lazy layers get their shapes."""
@@ -169,39 +184,25 @@ class PPOModule(RLModule):
 
     # ------------------------------------------------------------------ data
     def on_collected(self, batch: TensorDict) -> TensorDict:
-        """Statistics (see ``RLModule``), then GAE on ``[B, T]``; returns the batch flattened ``[B * T]``.
+        """Statistics (see ``RLModule``), then GAE on ``[B, T]`` (:func:`modules.gae.bootstrapped_gae`); returns the
+        batch flattened ``[B * T]``.
 
-        Values reuse the ``hidden`` state the collector's policy computed (same weights): the value of
-        step t's next observation is step t + 1's value, except at the last step and after a
-        truncation, where the next observation is encoded (after a termination it is not used).
-
-        Episodic life (Mnih et al. 2015): where the env writes ``end_of_life`` (``envs.games``: a life lost), GAE
-        treats it as a termination (no bootstrap, no advantage carried across), while the env's episode, and its
-        return in the logs, go on to the game's end.
+        With normalisation (:class:`~modules.normalization.VecNormalization`), the batch's observations are
+        standardised as its policy saw them, and ``scaled_reward`` is the normalised reward; the logged returns stay
+        the env's.
         """
         batch = super().on_collected(batch)
+        reduce = self._sum_over_ranks()
         if self.hparams.clip_schedule == "linear":
             self.clip_epsilon.fill_(self.hparams.clip_epsilon * self._remaining())
             self.record("train/clip_epsilon", float(self.clip_epsilon))
         with torch.no_grad():
             batch["next", "scaled_reward"] = batch["next", "reward"] * self.hparams.reward_scale
-            if "hidden" not in batch.keys():
-                self.encoder(batch)
-            value = self.critic(batch)["state_value"]  # [B, T, 1]
-            next_value = torch.cat([value[:, 1:], torch.zeros_like(value[:, :1])], 1)
-            done, terminated = batch["next", "done"], batch["next", "terminated"]
-            end_of_life = batch.get(("next", "end_of_life"), None)
-            if end_of_life is not None:
-                done, terminated = done | end_of_life, terminated | end_of_life
-            batch["next", "value_done"], batch["next", "value_terminated"] = done, terminated
-            terminated = terminated.squeeze(-1)
-            need = (done.squeeze(-1) & ~terminated)
-            need[:, -1] = ~terminated[:, -1]
-            if bool(need.any()):
-                ends = batch["next"][need].select(*self.encoder.in_keys).clone()
-                next_value[need] = self.critic(self.encoder(ends))["state_value"]
-            batch["next", "state_value"] = next_value
-            self.gae(batch)
+            if self.normalization is not None:
+                self.normalization.observations(batch, reduce)
+                batch["next", "scaled_reward"] = self.normalization.rewards(batch["next", "reward"],
+                                                                            batch["next", "done"], reduce)
+            bootstrapped_gae(batch, self.encoder, self.critic, self.gae)
         return batch.reshape(-1)
 
     def replay_keys(self) -> list[NestedKey]:
@@ -211,7 +212,8 @@ class PPOModule(RLModule):
         headline config took 2.9 ms to cut instead of 7.7."""
         h, net = self.hparams, self.network
         mask = [h.action_mask_key] if h.action_mask_key is not None else []
-        return [*net.in_keys, *net.policy_keys, *mask, "action", "action_log_prob", "advantage", "value_target"]
+        action = "raw_action" if self.continuous else "action"
+        return [*net.in_keys, *net.policy_keys, *mask, action, "action_log_prob", "advantage", "value_target"]
 
     # ------------------------------------------------------------------ update
     def loss(self, batch: TensorDict) -> dict[str, Tensor]:
@@ -228,6 +230,12 @@ class PPOModule(RLModule):
             hidden = hidden.float()
             logits = net.policy(hidden, *(batch.get(k) for k in net.policy_keys))
             value = net.value(hidden)
+        if self.continuous:  # logits: the Gaussian's mean
+            log_std = self._gaussian().log_std
+            log_prob = gaussian_log_prob(logits, log_std, batch.get("raw_action"))
+            return clipped_loss(log_prob, gaussian_entropy(log_std).expand(log_prob.shape), value, batch,
+                                self.clip_epsilon, h.entropy_coeff, h.critic_coeff, h.normalize_advantage,
+                                h.loss_critic_type)
         mask = batch.get(h.action_mask_key) if h.action_mask_key is not None else None
         return ppo_loss(logits, value, batch, self.clip_epsilon, h.entropy_coeff, h.critic_coeff,
                         h.normalize_advantage, h.loss_critic_type, mask)
@@ -243,10 +251,34 @@ class PPOModule(RLModule):
             loss = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
             grad_norm = self.optimizer_update(optimizer, loss, self.hparams.max_grad_norm)
             scheduler.step()
-            rows.append(torch.stack([*(out[k].detach().mean() for k in _RECORDED[:-2]), loss.detach(), grad_norm]))
+            # (each one value: reshape, not mean, saves a kernel per metric and update)
+            rows.append(torch.stack([*(out[k].detach().reshape(()) for k in _RECORDED[:-2]), loss.detach(), grad_norm]))
         self.record_updates([f"train/{k}" for k in _RECORDED], rows)
         self.record("train/lr", scheduler.get_last_lr()[0])
+        if self.continuous:
+            self.record("train/action_std", self._gaussian().log_std.detach().exp().mean())
         return loss.detach()
+
+    def _gaussian(self) -> GaussianPolicy:
+        """The Gaussian policy head (under the normalisation's wrapper, where there is one)."""
+        head = self._policy.module
+        return getattr(head, "policy", head)
+
+    # ------------------------------------------------------------------ checkpoint
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """The base's training state, and the reward normalisation's returns in progress, per rank (so that a
+        resumed run continues them)."""
+        super().on_save_checkpoint(checkpoint)
+        if self.normalization is not None and self.normalization.reward is not None:
+            checkpoint["rl_state"]["reward_returns"] = self.normalization.reward.gather_returns()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """The base's, then this rank's returns in progress of the reward normalisation."""
+        super().on_load_checkpoint(checkpoint)
+        saved = checkpoint.get("rl_state", {}).get("reward_returns")
+        if saved and self.normalization is not None and self.normalization.reward is not None:
+            rank = self.trainer.global_rank if self._trainer is not None else 0
+            self.normalization.reward.returns = saved[rank] if rank < len(saved) else saved[0]
 
     def configure_optimizers(self):
         # fused: one kernel for all parameters, and a non-finite update is skipped inside it (no host read per

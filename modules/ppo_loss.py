@@ -36,9 +36,6 @@ def ppo_loss(logits: Tensor, value: Tensor, batch: TensorDictBase, clip_epsilon:
         (mean of log pi_old - log pi), ``clip_fraction`` (share of clipped ratios), ``explained_variance``
         ``[1]`` (1 - Var(target - V) / Var(target)), all scalars except the last.
     """
-    advantage = batch.get("advantage")
-    if normalize_advantage and advantage.numel() > 1:
-        advantage = (advantage - advantage.mean()) / advantage.std().clamp_min(torch.finfo(torch.float).resolution)
     if mask is None:  # torch's Categorical(logits) log_prob and entropy, its ops without the object (and its checks:
         # a non-finite loss is skipped and counted by the update, RLModule.optimizer_update)
         log_p = logits - logits.logsumexp(-1, keepdim=True)
@@ -47,6 +44,20 @@ def ppo_loss(logits: Tensor, value: Tensor, batch: TensorDictBase, clip_epsilon:
     else:
         dist = MaskedCategorical(logits=logits, mask=mask)
         log_prob, entropy = dist.log_prob(batch.get("action")), dist.entropy()
+    return clipped_loss(log_prob, entropy, value, batch, clip_epsilon, entropy_coeff, critic_coeff,
+                        normalize_advantage, loss_critic_type)
+
+
+def clipped_loss(log_prob: Tensor, entropy: Tensor, value: Tensor, batch: TensorDictBase,
+                 clip_epsilon: Tensor | float, entropy_coeff: float = 0.01, critic_coeff: float = 0.5,
+                 normalize_advantage: bool = True, loss_critic_type: str = "l2") -> dict[str, Tensor]:
+    """:func:`ppo_loss` of any policy, given the log-probabilities of the batch's actions under the current policy
+    ``log_prob`` ``[N]`` and the policy's entropies ``entropy`` ``[N]`` (both with gradients): the categorical
+    policy's (:func:`ppo_loss`) or the Gaussian's (:mod:`modules.gaussian`). Arguments and results as
+    :func:`ppo_loss`'s."""
+    advantage = batch.get("advantage")
+    if normalize_advantage and advantage.numel() > 1:
+        advantage = (advantage - advantage.mean()) / advantage.std().clamp_min(torch.finfo(torch.float).resolution)
     previous = batch.get("action_log_prob")
     log_weight = (log_prob - previous).unsqueeze(-1)
     eps = torch.as_tensor(clip_epsilon, dtype=log_weight.dtype)

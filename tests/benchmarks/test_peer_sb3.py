@@ -23,8 +23,20 @@ def test_cartpole_ppo_maps_to_rl_zoo_settings():
                   "clip_range": "lin_0.2", "learning_rate": "lin_0.001", "ent_coef": 0.0, "vf_coef": 0.5,
                   "max_grad_norm": 0.5, "normalize_advantage": True,
                   "policy_kwargs": {"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": "tanh",
-                                    "ortho_init": True}}
-    assert any("eps" in c for c in caveats)
+                                    "ortho_init": True, "log_std_init": 0.0}}
+    assert any("eps" in c for c in caveats) and "normalize" not in hp
+
+
+def test_pendulum_ppo_maps_its_normalisation_to_vec_normalize():
+    hp, caveats = sb3_hyperparameters(_config("pendulum_ppo.yaml"), 100_000, 0)
+    assert (hp["n_envs"], hp["n_steps"], hp["batch_size"], hp["n_epochs"], hp["gamma"]) == (4, 1024, 64, 10, 0.9)
+    assert hp["normalize"] == {"norm_obs": True, "norm_reward": True, "clip_obs": 10.0, "clip_reward": 10.0,
+                               "gamma": 0.9}
+    assert any("VecNormalize" in c for c in caveats)
+    config = copy.deepcopy(_config("pendulum_ppo.yaml"))
+    config["model"]["init_args"]["squash"] = "tanh"
+    with pytest.raises(ValueError, match="model.squash must be clip"):
+        sb3_hyperparameters(config, 1000, 0)
 
 
 def test_ppo_settings_sb3_cannot_mirror_are_refused():

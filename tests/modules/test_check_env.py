@@ -49,7 +49,7 @@ def test_action_kinds_and_counts_are_read_off_the_spec(spec, kind, count, words)
 def test_dqn_takes_discrete_actions_and_names_both_sides():
     with pytest.raises(ValueError, match=r"^model\.class_path=modules\.dqn\.DQNModule takes discrete actions, but the "
                                          r"env \(TestEnv-v0\) has continuous actions \[1\] \(bounded\): for continuous "
-                                         r"actions use modules\.sac\.SACModule"):
+                                         r"actions use modules\.ppo\.PPOModule, or modules\.sac\.SACModule"):
         DQNModule(QNetwork()).check_env(_specs(**PENDULUM))
     DQNModule(QNetwork()).check_env(_specs(**CARTPOLE))
 
@@ -64,14 +64,16 @@ def test_an_explicit_num_actions_must_be_the_envs():
     DQNModule(QNetwork(3)).check_env(_specs(Categorical(3)))
 
 
-def test_ppo_takes_one_agent_with_discrete_actions():
+def test_ppo_takes_one_agent_with_discrete_or_continuous_actions():
     module = PPOModule(MLPActorCritic(), action_mask_key=None)
-    with pytest.raises(ValueError, match=r"PPOModule takes discrete actions, but the env \(TestEnv-v0\) has continuous "
-                                         r"actions \[1\] \(bounded\)"):
-        module.check_env(_specs(**PENDULUM))
+    module.check_env(_specs(**PENDULUM))  # a Gaussian policy
+    module.check_env(_specs(Unbounded(shape=(2,))))
+    with pytest.raises(ValueError, match=r"num_actions=2 but the env \(TestEnv-v0\) has continuous actions \[1\]"):
+        PPOModule(MLPActorCritic(2), action_mask_key=None).check_env(_specs(**PENDULUM))
     with pytest.raises(ValueError, match=r"PPOModule trains single-agent envs, but the env \(TestEnv-v0\) has 4 "):
         module.check_env(_specs(Categorical(5), agents=4))
-    with pytest.raises(ValueError, match=r"multi-discrete actions \[2\] \(MultiCategorical\)$"):
+    with pytest.raises(ValueError, match=r"PPOModule takes discrete or continuous actions, but the env \(TestEnv-v0\) "
+                                         r"has multi-discrete actions \[2\] \(MultiCategorical\)$"):
         module.check_env(_specs(MultiCategorical([3, 3])))
 
 

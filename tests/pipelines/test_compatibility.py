@@ -57,14 +57,14 @@ def _rejected(tmp_path, capsys, config: str, *overrides: str) -> str:
     # ... more actions than the env's (today: gymnasium's AssertionError when the greedy action is 2)
     (DQN, [f"{NETWORK}num_actions=3"],
      r"^error: model\.init_args\.network\.init_args\.num_actions=3 but the env \(CartPole-v1\) has 2 discrete actions"),
-    # PPO's categorical policy on continuous actions (today: a 38-frame traceback, IndexError)
-    (PPO, [f"{ENV_ID}Pendulum-v1"],
-     r"^error: model\.class_path=modules\.ppo\.PPOModule takes discrete actions, but the env \(Pendulum-v1\) has "
-     r"continuous actions \[1\] \(bounded\): for continuous actions use modules\.sac\.SACModule"),
+    # PPO's Gaussian policy on an action of another width than the network's
+    (PPO, [f"{ENV_ID}Pendulum-v1", f"{NETWORK}num_actions=2"],
+     r"^error: model\.init_args\.network\.init_args\.num_actions=2 but the env \(Pendulum-v1\) has continuous "
+     r"actions \[1\] \(bounded\): remove num_actions"),
     # DQN on continuous actions
     (DQN, [f"{ENV_ID}Pendulum-v1"],
      r"^error: model\.class_path=modules\.dqn\.DQNModule takes discrete actions, but the env \(Pendulum-v1\) has "
-     r"continuous actions \[1\] \(bounded\)"),
+     r"continuous actions \[1\] \(bounded\): for continuous actions use modules\.ppo\.PPOModule, or "),
     # a hidden width <= 0 (today: a traceback when the lazy layer is shaped)
     (DQN, [f"{NETWORK}hidden_dims=[-3]"],
      r"^error: model\.init_args\.network\.init_args\.hidden_dims=\[-3\] is not allowed: every width >= 1"),
@@ -86,9 +86,9 @@ def _rejected(tmp_path, capsys, config: str, *overrides: str) -> str:
     (DQN, [f'--model.init_args.network={json.dumps({"class_path": "modules.q_networks.MultiAgentQNetwork"})}'],
      r"^error: model\.init_args\.network\.class_path=modules\.q_networks\.MultiAgentQNetwork is a multi-agent "
      r"network, but the env \(CartPole-v1\) has one agent"),
-], ids=["acrobot-num_actions-2", "cartpole-num_actions-3", "ppo-pendulum", "dqn-pendulum", "hidden_dims-negative",
-        "sac-hidden_dims-zero", "missing-action_mask", "sac-missing-observation", "vacuum-num_agents-3",
-        "ppo-vacuum", "multi-agent-network-cartpole"])
+], ids=["acrobot-num_actions-2", "cartpole-num_actions-3", "ppo-pendulum-num_actions", "dqn-pendulum",
+        "hidden_dims-negative", "sac-hidden_dims-zero", "missing-action_mask", "sac-missing-observation",
+        "vacuum-num_agents-3", "ppo-vacuum", "multi-agent-network-cartpole"])
 def test_a_model_that_cannot_train_on_its_env_stops_before_any_work(tmp_path, capsys, config, overrides, message):
     line = _rejected(tmp_path, capsys, config, *overrides)
     assert re.search(message, line), line

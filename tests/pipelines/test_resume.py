@@ -19,6 +19,10 @@ from tests.pipelines.conftest import REPO, SMOKE
 
 CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
 PENDULUM_TD3 = str(REPO / "configs" / "pendulum_td3.yaml")
+PENDULUM_PPO = str(REPO / "configs" / "pendulum_ppo.yaml")
+SMALL_PPO = ["--data.init_args.total_frames=2048", "--data.init_args.collector.num_envs=2",
+             "--data.init_args.collector.frames_per_batch=256", "--model.init_args.mini_batch_size=64",
+             "--model.init_args.ppo_epochs=2"]
 SMALL_TD3 = ["--data.init_args.total_frames=504", "--data.init_args.replay_buffer.init_random_frames=104",
              "--model.init_args.network.init_args.actor_hidden_dims=[32, 32]",
              "--model.init_args.network.init_args.critic_hidden_dims=[32, 32]"]
@@ -50,7 +54,9 @@ def _steps(version) -> list[int]:
     (CARTPOLE, [*SMALL_DQN, "--model.init_args.n_steps=3", "--model.init_args.double_dqn=true"], 30),  # n-step
     (SMOKE, ["--data.init_args.total_frames=3840"], 26),  # PPO on the DVRP smoke config (4 updates a batch)
     (PENDULUM_TD3, SMALL_TD3, 200),  # TD3 on Pendulum: exploration noise, policy delay's clock, two targets
-], ids=["dqn_cartpole", "dqn_nstep_cartpole", "ppo_dvrp", "td3_pendulum"])
+    # continuous PPO on Pendulum: Gaussian draws, the normalisation's statistics and its returns in progress
+    (PENDULUM_PPO, SMALL_PPO, 50),
+], ids=["dqn_cartpole", "dqn_nstep_cartpole", "ppo_dvrp", "td3_pendulum", "ppo_pendulum"])
 def test_sigkill_and_resume_in_a_new_process_matches_the_uninterrupted_run(tmp_path, config, args, kill_at):
     full = _fit(tmp_path / "full", config, *args)
     assert full.returncode == 0, full.stderr[-2000:]
