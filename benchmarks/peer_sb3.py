@@ -272,8 +272,10 @@ def ppo_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
     model, data = resolve(config["model"]), data_settings(config)
     network, env = resolve(model["network"]), resolve(data["env"])
     problems = []
-    if not model["network"]["class_path"].endswith(".MLPActorCritic"):
-        problems.append("network must be modules.actor_critic.MLPActorCritic (SB3's MlpPolicy)")
+    recurrent = model["network"]["class_path"].endswith(".LSTMActorCritic")
+    if not recurrent and not model["network"]["class_path"].endswith(".MLPActorCritic"):
+        problems.append("network must be modules.actor_critic.MLPActorCritic (SB3's MlpPolicy) or "
+                        "modules.recurrent.LSTMActorCritic (sb3-contrib's MlpLstmPolicy)")
     if model["action_mask_key"] is not None:
         problems.append("model.action_mask_key (SB3's PPO has no action masks)")
     if model["loss_critic_type"] != "l2" or model["reward_scale"] != 1.0:
@@ -297,11 +299,18 @@ def ppo_hyperparameters(config: dict, total_frames: int, seed: int) -> tuple[dic
         "vf_coef": model["critic_coeff"], "max_grad_norm": model["max_grad_norm"],
         "normalize_advantage": model["normalize_advantage"],
         "policy_kwargs": {"net_arch": {"pi": list(network["hidden_dims"]), "vf": list(network["hidden_dims"])},
-                          "activation_fn": network["activation"], "ortho_init": network["orthogonal_init"],
-                          "log_std_init": model.get("log_std_init", 0.0)},
+                          "activation_fn": network["activation"], "log_std_init": model.get("log_std_init", 0.0),
+                          "ortho_init": network.get("orthogonal_init", False)},
     }
+    if recurrent:  # sb3-contrib's RecurrentPPO with an actor LSTM and a critic LSTM, as LSTMActorCritic
+        hp["algorithm"] = "RecurrentPPO"
+        hp["policy_kwargs"].update(lstm_hidden_size=network["lstm_hidden_size"], n_lstm_layers=1,
+                                   enable_critic_lstm=True, shared_lstm=False)
     caveats = [
         "SB3's PPO builds Adam with eps 1e-5, ours with torch's default 1e-8",
+        *(["sb3-contrib's RecurrentPPO splits a rollout into per-episode sequences padded within a minibatch, ours "
+           "into whole env rows; its greedy returns come from SB3's evaluate_policy on episodes of SB3's seeding "
+           "(its LSTM states), ours from pipelines.evaluate.play"] if recurrent else []),
         "both evaluate the final policy (the config's PolicyEvaluation / best.ckpt is left out)",
     ]
     if model.get("normalize_observation") or model.get("normalize_reward"):
@@ -456,8 +465,13 @@ def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: s
     if isinstance(kwargs.get("activation_fn"), str):
         activation = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[kwargs["activation_fn"]]
         hp["policy_kwargs"] = {**kwargs, "activation_fn": activation}
-    algorithm = getattr(stable_baselines3, hp.pop("algorithm"))
+    name = hp.pop("algorithm")
+    recurrent = name == "RecurrentPPO"
+    if recurrent:
+        import sb3_contrib
+    algorithm = getattr(sb3_contrib if recurrent else stable_baselines3, name)
     env_id, n_envs, total, seed = hp.pop("env_id"), hp.pop("n_envs"), hp.pop("total_timesteps"), hp.pop("seed")
+    importlib.import_module("envs.partially_observed").register()  # (CartPoleNoVel-v1, for gymnasium.make)
     start = time.perf_counter()
     normalize = hp.pop("normalize", None)
     env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
@@ -465,7 +479,7 @@ def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: s
         from stable_baselines3.common.vec_env import VecNormalize
 
         env = VecNormalize(env, **normalize)
-    model = algorithm("MlpPolicy", env, seed=seed, device=device, verbose=0, **hp)
+    model = algorithm("MlpLstmPolicy" if recurrent else "MlpPolicy", env, seed=seed, device=device, verbose=0, **hp)
     model.set_logger(Logger(folder=None, output_formats=[]))  # (SB3's default makes an empty folder in /tmp per run)
     model.learn(total_timesteps=total)
     wall = time.perf_counter() - start
@@ -478,13 +492,32 @@ def train_sb3(hp: dict, env_spec: dict, episodes: int, eval_seed: int, device: s
     start = time.perf_counter()
     if normalize is not None:
         env.training = False
-    policy = SB3Policy(model, env if normalize is not None else None)
-    returns = play(env_config, lambda _: policy, episodes, min(episodes, 32), eval_seed)["episode_return"]
+    if recurrent:  # its LSTM states and episode starts: SB3's own evaluation loop, on episodes of its own seeding
+        returns = _sb3_episodes(model, env_id, env if normalize is not None else None, episodes, eval_seed)
+    else:
+        policy = SB3Policy(model, env if normalize is not None else None)
+        returns = play(env_config, lambda _: policy, episodes, min(episodes, 32), eval_seed)["episode_return"]
     frames = model.num_timesteps
     return {"frames": frames, "updates": model._n_updates, "wall_s": wall, "steps_per_s": frames / wall,
             "peak_rss_mb": peak, **summarise(returns), "eval_episodes": returns.numel(),
             "eval_s": time.perf_counter() - start, "version": stable_baselines3.__version__,
             **({"final_epsilon": model.exploration_rate} if hasattr(model, "exploration_rate") else {})}
+
+
+def _sb3_episodes(model, env_id: str, normalize, episodes: int, seed: int) -> torch.Tensor:
+    """The greedy returns of ``episodes`` episodes of a recurrent SB3 model by SB3's ``evaluate_policy`` (which
+    carries the LSTM states and resets them at episode starts) on one env seeded ``seed``, observations normalised
+    with ``normalize``'s frozen statistics where given."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    env = make_vec_env(env_id, n_envs=1, seed=seed)
+    if normalize is not None:
+        env = VecNormalize(env, training=False, norm_reward=False)
+        env.obs_rms = normalize.obs_rms
+    returns, _ = evaluate_policy(model, env, n_eval_episodes=episodes, deterministic=True, return_episode_rewards=True)
+    return torch.tensor(returns, dtype=torch.float64)
 
 
 def summarise_rounds(runs: dict[str, list[dict]]) -> dict:

@@ -19,6 +19,8 @@ from torch import Tensor
 from torchrl.envs import EnvBase, ExplorationType, set_exploration_type
 from torchrl.envs.utils import step_mdp
 
+from envs.policy_state import recurrent_env
+
 
 def episode_results(step: TensorDictBase, finished: Tensor) -> dict[str, Tensor]:
     """The results of the episodes that end at ``finished``.
@@ -57,7 +59,8 @@ def play_episodes(env: EnvBase, policy: Callable[[TensorDictBase], TensorDictBas
     stream, e.g. a training run's, is left as it was), with no gradients.
 
     Args:
-        env: a batched env ``[B]`` that writes ``episode_reward`` (e.g. from ``envs.make_env``).
+        env: a batched env ``[B]`` that writes ``episode_reward`` (e.g. from ``envs.make_env``); played with what a
+            recurrent policy needs of it (:func:`envs.policy_state.recurrent_env`).
         policy: reads an observation TensorDict ``[B]``, writes ``action``.
         episodes_per_row: episodes counted per row (rows that finish early play on uncounted).
         max_steps: stop after this many steps even if some episodes are unfinished (they are not counted).
@@ -68,6 +71,7 @@ def play_episodes(env: EnvBase, policy: Callable[[TensorDictBase], TensorDictBas
     Returns:
         :func:`episode_results` of the counted episodes, ordered by (episode index in its row, row).
     """
+    env = recurrent_env(env, policy)  # (a recurrent policy's is_init and states; as it is otherwise)
     b = env.batch_size[0]
     counts = torch.zeros(b, dtype=torch.long)
     parts: dict[str, list[Tensor]] = {}

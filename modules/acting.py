@@ -12,6 +12,7 @@ from torch import nn
 from torchrl.envs.utils import ExplorationType
 
 from modules.policy import Action, FixedExplorationPolicy, Observation, exportable, policy_input
+from modules.recurrent import RECURRENT_ONLY_IN_ENVS
 
 
 class Acting:
@@ -110,11 +111,14 @@ class Acting:
                 action (one line naming the expected keys, shapes and dtypes).
             RuntimeError: a module that records no env specs (built in Python and never shaped: see
                 :meth:`build_on`).
-            NotImplementedError: a module without a step-wise policy (REINFORCE's whole plans).
+            NotImplementedError: a module without a step-wise policy (REINFORCE's whole plans), or a recurrent one
+                (its action depends on the states it carries: play it in an env).
         """
         if self.env_specs is None:
             raise RuntimeError(f"{type(self).__name__} records no env specs: shape it on an env first "
                                f"(module.build_on(envs.EnvSpecs.of(env))) or load it from a checkpoint")
+        if getattr(self, "recurrent", False):
+            raise NotImplementedError(RECURRENT_ONLY_IN_ENVS)
         policy = self.torchrl_policy(deterministic)
         td, batched, as_numpy, device_in = policy_input(observation, self._input_entries(policy), self.device)
         action = policy(td).get("action")

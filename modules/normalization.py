@@ -11,7 +11,10 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from modules.policy import TensorPolicy
+
 EPSILON = 1e-8  # VecNormalize's epsilon, under every variance
+NORMALIZED = "normalized_observation"  # where a recurrent policy's standardised observation goes (VecNormalization)
 
 
 class RunningMeanStd(nn.Module):
@@ -85,6 +88,18 @@ class NormalizedInput(nn.Module):
         return self.policy(self.statistics.standardize(observation, self.clip), *rest)
 
 
+class Standardize(nn.Module):
+    """``x`` ``[*B, *S]`` -> ``statistics.standardize(x, clip)``, as a module of its own (a recurrent policy's first
+    step, whose LSTMs read the result from the TensorDict)."""
+
+    def __init__(self, statistics: RunningMeanStd, clip: float) -> None:
+        super().__init__()
+        self.statistics, self.clip = statistics, float(clip)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.statistics.standardize(x, self.clip)
+
+
 class RewardNormalizer(nn.Module):
     """Rewards divided by the running standard deviation of the discounted return (SB3's ``VecNormalize`` with
     ``norm_reward``): per env row, ``R_t = gamma R_{t-1} + r_t``, reset to 0 after the step that ends an episode;
@@ -135,6 +150,12 @@ class RewardNormalizer(nn.Module):
             return gathered
         return [self.returns]
 
+    def load_returns(self, saved: list[Tensor | None] | None, rank: int) -> None:
+        """Take rank ``rank``'s returns in progress of :meth:`gather_returns`'s list (rank 0's where it has fewer);
+        nothing for None."""
+        if saved:
+            self.returns = saved[rank] if rank < len(saved) else saved[0]
+
 
 class VecNormalization(nn.Module):
     """The observation and reward normalisation of a PPO learner, either or both (SB3's ``VecNormalize`` with
@@ -148,12 +169,15 @@ class VecNormalization(nn.Module):
         observation_key: the observation entry (a float vector ``[*B, F]``). observation_shape: F's shape, or None
             for no observation normalisation. gamma: the return's discount, or None for no reward normalisation.
         clip: in standard deviations (VecNormalize's ``clip_obs`` and ``clip_reward``, 10).
+        out_key: where the policy writes the standardised observation (:meth:`standardizer`, a recurrent
+            policy's first step), kept beside the env's; None: the policy standardises its input itself
+            (:meth:`wrap`) and a batch's observations are standardised in place.
     """
 
     def __init__(self, observation_key: str, observation_shape: tuple[int, ...] | None, gamma: float | None,
-                 clip: float) -> None:
+                 clip: float, out_key: str | None = None) -> None:
         super().__init__()
-        self.observation_key, self.clip = observation_key, float(clip)
+        self.observation_key, self.clip, self.out_key = observation_key, float(clip), out_key
         self.observation = RunningMeanStd(observation_shape) if observation_shape is not None else None
         self.reward = RewardNormalizer(gamma, clip) if gamma is not None else None
 
@@ -161,17 +185,42 @@ class VecNormalization(nn.Module):
         """The policy module with its (first) input standardised, where observations are normalised."""
         return policy if self.observation is None else NormalizedInput(policy, self.observation, self.clip)
 
+    def standardizer(self) -> TensorPolicy:
+        """The policy step ``observation_key`` -> ``out_key`` (standardised)."""
+        return TensorPolicy(Standardize(self.observation, self.clip), [self.observation_key], [self.out_key])
+
     def observations(self, batch, reduce: Callable[[Tensor], Tensor] | None = None) -> None:
-        """Standardise ``observation_key`` and ``("next", observation_key)`` of ``batch`` ``[B, T]`` in place, then
+        """Standardise ``observation_key`` and ``("next", observation_key)`` of ``batch`` ``[B, T]`` in place (with
+        ``out_key``: the next observations into ``("next", out_key)``, the policy having written the others), then
         merge the raw observations (the root ones: every observation a policy acted on) into the statistics."""
         if self.observation is None:
             return
         key = self.observation_key
         raw = batch.get(key)
-        batch.set(key, self.observation.standardize(raw, self.clip))
-        batch.set(("next", key), self.observation.standardize(batch.get(("next", key)), self.clip))
+        if self.out_key is None:
+            batch.set(key, self.observation.standardize(raw, self.clip))
+        batch.set(("next", self.out_key or key), self.observation.standardize(batch.get(("next", key)), self.clip))
         self.observation.update(raw.reshape(-1, *self.observation.mean.shape), reduce)
 
     def rewards(self, reward: Tensor, done: Tensor, reduce: Callable[[Tensor], Tensor] | None = None) -> Tensor:
         """:class:`RewardNormalizer` of ``reward``, ``done`` ``[B, T, 1]``; the rewards as they are without it."""
         return reward if self.reward is None else self.reward(reward, done, reduce)
+
+
+class ReturnsInCheckpoint:
+    """The checkpoint hooks of a module with a :class:`VecNormalization` ``normalization`` (a mixin before
+    ``modules.base.RLModule``): the reward normalisation's returns in progress, per rank, in the training state
+    (``rl_state.reward_returns``), so that a resumed run continues them."""
+
+    normalization: VecNormalization | None
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)
+        if self.normalization is not None and self.normalization.reward is not None:
+            checkpoint["rl_state"]["reward_returns"] = self.normalization.reward.gather_returns()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
+        if self.normalization is not None and self.normalization.reward is not None:
+            rank = self.trainer.global_rank if self._trainer is not None else 0
+            self.normalization.reward.load_returns(checkpoint.get("rl_state", {}).get("reward_returns"), rank)

@@ -9,7 +9,7 @@ from typing import Literal
 
 import torch
 from tensordict import NestedKey, TensorDict
-from tensordict.nn import TensorDictModule
+from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import Tensor
 from torchrl.modules import ValueOperator
 from torchrl.objectives.value import GAE
@@ -21,10 +21,11 @@ from modules.checks import DISCOUNT, LEARNING_RATE, check_hparams
 from modules.compatibility import class_path
 from modules.gae import bootstrapped_gae
 from modules.gaussian import GaussianPolicy, Squash, gaussian_entropy, gaussian_log_prob
-from modules.normalization import VecNormalization
+from modules.normalization import NORMALIZED, ReturnsInCheckpoint, VecNormalization
 from modules.policy import TensorPolicy
 from modules.ppo_loss import clipped_loss, ppo_loss
-from modules.ppo_policy import check_policy_fits, policy_head
+from modules.ppo_policy import check_policy_fits, policy_head, policy_out_keys
+from modules.recurrent import RECURRENT_ONLY_IN_ENVS, recurrent_parts, sequence_keys, sequence_outputs
 
 _RECORDED = ("loss_objective", "loss_critic", "loss_entropy", "entropy", "kl_approx", "clip_fraction",
              "explained_variance", "loss", "grad_norm")
@@ -34,7 +35,7 @@ _RECORDED = ("loss_objective", "loss_critic", "loss_entropy", "entropy", "kl_app
 MAX_REWARD_SCALE = 1e6
 
 
-class PPOModule(RLModule):
+class PPOModule(ReturnsInCheckpoint, RLModule):
     """Clipped-objective PPO with a categorical or Gaussian actor and a critic on a shared encoder.
 
     The encoder runs once per minibatch (``hidden``); the actor head and the value head both read it. On discrete
@@ -122,24 +123,32 @@ class PPOModule(RLModule):
                                     ("squash", squash, ("clip", "tanh"))):
             if value not in allowed:
                 raise ValueError(f"model.{key}={value!r} is not allowed: one of {', '.join(allowed)}")
+        self.recurrent = bool(getattr(network, "recurrent", False))  # modules.recurrent.LSTMActorCritic
         self.save_config("network")
         self.network = network
-        self.encoder = TensorDictModule(network.encode, in_keys=list(network.in_keys), out_keys=["hidden"])
-        self.critic = ValueOperator(network.value, in_keys=["hidden"])
         self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon)))  # scheduled (clip_schedule)
         self.gae = GAE(gamma=gamma, lmbda=gae_lambda, value_network=None)
         self.gae.set_keys(reward="scaled_reward", done="value_done", terminated="value_terminated")
-        masked = action_mask_key is not None
-        keys = [*network.in_keys, *network.policy_keys, *([action_mask_key] if masked else [])]
-        self._policy = TensorPolicy(CategoricalPolicy(network, masked), keys, ["action", "action_log_prob", "hidden"])
-        self.continuous = False  # a Gaussian policy (prepare, on a continuous env)
-        self.normalization: VecNormalization | None = None  # (prepare, where normalize_observation / _reward)
+        self._policy: TensorPolicy | TensorDictSequential | None = None  # (a recurrent network's: prepare)
+        if not self.recurrent:
+            self.encoder = TensorDictModule(network.encode, in_keys=list(network.in_keys), out_keys=["hidden"])
+            self.critic = ValueOperator(network.value, in_keys=["hidden"])
+            mask = [action_mask_key] if action_mask_key is not None else []
+            self._policy = TensorPolicy(CategoricalPolicy(network, bool(mask)), [*network.in_keys,
+                                        *network.policy_keys, *mask], ["action", "action_log_prob", "hidden"])
+        self.continuous, self.normalization = False, None  # a Gaussian policy; a VecNormalization (prepare)
 
     @property
-    def collector_policy(self) -> TensorPolicy:
-        """:class:`modules.actor_critic.CategoricalPolicy` (the draws of TorchRL's ``ProbabilisticActor`` over the
-        policy head; ``encoder`` and ``critic`` stay TorchRL modules for GAE's values)."""
+    def collector_policy(self) -> TensorPolicy | TensorDictSequential:
+        """:class:`~modules.actor_critic.CategoricalPolicy` or :class:`~modules.gaussian.GaussianPolicy` (TorchRL's
+        ``ProbabilisticActor``'s draws), after a recurrent network's LSTMs."""
         return self._policy
+
+    def export_policy(self):
+        """The base's; a recurrent network's is not exported yet (raises ``NotImplementedError``)."""
+        if self.recurrent:
+            raise NotImplementedError(RECURRENT_ONLY_IN_ENVS)
+        return super().export_policy()
 
     @property
     def ppo_epochs(self) -> int:
@@ -158,19 +167,30 @@ class PPOModule(RLModule):
         Raises:
             ValueError: the network was built for another number of actions.
         """
-        h = self.hparams
-        head = policy_head(specs, self.network, self._policy.module, h.squash, h.log_std_init)
+        h, net = self.hparams, self.network
+        if self.recurrent:
+            return self._prepare_recurrent(specs)
+        head = policy_head(specs, net, self._policy.module, h.squash, h.log_std_init)
         self.continuous = isinstance(head, GaussianPolicy)
         if h.normalize_observation or h.normalize_reward:
-            key, example = self.network.in_keys[0], specs.example_observation
+            key, example = net.in_keys[0], specs.example_observation
             shape = tuple(example.get(key).shape[example.batch_dims:]) if h.normalize_observation else None
             self.normalization = VecNormalization(key, shape, h.gamma if h.normalize_reward else None,
                                                   h.normalize_clip)
             head = self.normalization.wrap(head)
         if head is not self._policy.module:
-            out = ["action", *(["raw_action"] if self.continuous else []), "action_log_prob", "hidden"]
-            self._policy = TensorPolicy(head, self._policy.in_keys, out)
+            self._policy = TensorPolicy(head, self._policy.in_keys, policy_out_keys(self.continuous))
         self.materialize(specs.example_observation)
+
+    def _prepare_recurrent(self, specs: EnvSpecs) -> None:
+        """:meth:`prepare` of an `LSTMActorCritic`: :func:`modules.recurrent.recurrent_parts`."""
+        h, key, example = self.hparams, self.network.observation_key, specs.example_observation
+        if h.normalize_observation or h.normalize_reward:
+            shape = tuple(example.get(key).shape[example.batch_dims:]) if h.normalize_observation else None
+            self.normalization = VecNormalization(key, shape, h.gamma if h.normalize_reward else None,
+                                                  h.normalize_clip, NORMALIZED)
+        self._policy, self.encoder, self.critic, self.continuous = recurrent_parts(
+            self.network, specs, h.action_mask_key, h.squash, h.log_std_init, self.normalization)
 
     def check_env(self, specs: EnvSpecs) -> None:
         """:func:`modules.ppo_policy.check_policy_fits` (raises its ``ValueError``)."""
@@ -185,7 +205,7 @@ class PPOModule(RLModule):
     # ------------------------------------------------------------------ data
     def on_collected(self, batch: TensorDict) -> TensorDict:
         """Statistics (see ``RLModule``), then GAE on ``[B, T]`` (:func:`modules.gae.bootstrapped_gae`); returns the
-        batch flattened ``[B * T]``.
+        batch flattened ``[B * T]`` (a recurrent network's as it is, ``[B, T]``: its minibatches are whole rows).
 
         With normalisation (:class:`~modules.normalization.VecNormalization`), the batch's observations are
         standardised as its policy saw them, and ``scaled_reward`` is the normalised reward; the logged returns stay
@@ -202,34 +222,35 @@ class PPOModule(RLModule):
                 self.normalization.observations(batch, reduce)
                 batch["next", "scaled_reward"] = self.normalization.rewards(batch["next", "reward"],
                                                                             batch["next", "done"], reduce)
-            bootstrapped_gae(batch, self.encoder, self.critic, self.gae)
-        return batch.reshape(-1)
+            bootstrapped_gae(batch, self.encoder, self.critic, self.gae, self.recurrent)
+        return batch if self.recurrent else batch.reshape(-1)
 
     def replay_keys(self) -> list[NestedKey]:
-        """What :meth:`loss` reads from a collected batch: the network's inputs, the action mask, the action and its
-        log-probability, GAE's advantage and value target. The minibatches are cut from these alone: the next
-        observations and the env's reports are half of a DVRP batch's bytes, and without them a minibatch of the
-        headline config took 2.9 ms to cut instead of 7.7."""
+        """What :meth:`loss` reads from a collected batch (the network's inputs, the action mask, the action and its
+        log-probability, GAE's advantage and value target): the minibatches are cut from these alone (without the
+        next observations and the env's reports a minibatch of the headline config took 2.9 ms to cut, not 7.7)."""
         h, net = self.hparams, self.network
         mask = [h.action_mask_key] if h.action_mask_key is not None else []
         action = "raw_action" if self.continuous else "action"
-        return [*net.in_keys, *net.policy_keys, *mask, action, "action_log_prob", "advantage", "value_target"]
+        inputs = sequence_keys(net) if self.recurrent else [*net.in_keys, *net.policy_keys]
+        return [*inputs, *mask, action, "action_log_prob", "advantage", "value_target"]
 
     # ------------------------------------------------------------------ update
     def loss(self, batch: TensorDict) -> dict[str, Tensor]:
-        """:func:`modules.ppo_loss.ppo_loss` of a minibatch ``[N]``: the encoder once, then both heads.
-
-        The heads run in float32 whatever the precision (autocast is off for them; in a float32 run this changes
-        nothing). Under mixed precision (``trainer.precision: bf16-mixed``) the encoder runs in bfloat16, but the
-        logits, log-probabilities, probability ratios against the collector's float32 ones and the values stay
-        float32. bfloat16 keeps 8 significant bits: logits of magnitude 5 rounded to it move a log-probability by up
-        to about 0.02, a ratio by 2%, a tenth of ``clip_epsilon`` 0.2."""
+        """:func:`modules.ppo_loss.ppo_loss` of a minibatch ``[N]`` (a recurrent network's: rows ``[b, T]``): the
+        encoder once, then both heads. The heads run in float32 whatever the precision (autocast off for them): under
+        ``bf16-mixed`` only the encoder runs in bfloat16 (8 significant bits: logits of magnitude 5 rounded to it
+        would move a ratio by 2%, a tenth of ``clip_epsilon`` 0.2)."""
         h, net = self.hparams, self.network
-        hidden = net.encode(*(batch.get(k) for k in net.in_keys))
-        with torch.autocast(hidden.device.type, enabled=False):
-            hidden = hidden.float()
-            logits = net.policy(hidden, *(batch.get(k) for k in net.policy_keys))
-            value = net.value(hidden)
+        if self.recurrent:  # whole rows [b, T]: the LSTMs over them, then the loss on their frames
+            logits, value = sequence_outputs(net, batch)
+            batch, logits, value = batch.reshape(-1), logits.flatten(0, 1), value.flatten(0, 1)
+        else:
+            hidden = net.encode(*(batch.get(k) for k in net.in_keys))
+            with torch.autocast(hidden.device.type, enabled=False):
+                hidden = hidden.float()
+                logits = net.policy(hidden, *(batch.get(k) for k in net.policy_keys))
+                value = net.value(hidden)
         if self.continuous:  # logits: the Gaussian's mean
             log_std = self._gaussian().log_std
             log_prob = gaussian_log_prob(logits, log_std, batch.get("raw_action"))
@@ -261,24 +282,8 @@ class PPOModule(RLModule):
 
     def _gaussian(self) -> GaussianPolicy:
         """The Gaussian policy head (under the normalisation's wrapper, where there is one)."""
-        head = self._policy.module
+        head = (self._policy[-1] if self.recurrent else self._policy).module
         return getattr(head, "policy", head)
-
-    # ------------------------------------------------------------------ checkpoint
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """The base's training state, and the reward normalisation's returns in progress, per rank (so that a
-        resumed run continues them)."""
-        super().on_save_checkpoint(checkpoint)
-        if self.normalization is not None and self.normalization.reward is not None:
-            checkpoint["rl_state"]["reward_returns"] = self.normalization.reward.gather_returns()
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """The base's, then this rank's returns in progress of the reward normalisation."""
-        super().on_load_checkpoint(checkpoint)
-        saved = checkpoint.get("rl_state", {}).get("reward_returns")
-        if saved and self.normalization is not None and self.normalization.reward is not None:
-            rank = self.trainer.global_rank if self._trainer is not None else 0
-            self.normalization.reward.returns = saved[rank] if rank < len(saved) else saved[0]
 
     def configure_optimizers(self):
         # fused: one kernel for all parameters, and a non-finite update is skipped inside it (no host read per

@@ -81,3 +81,9 @@ def policy_head(specs: EnvSpecs, network: ActorCriticNetwork, categorical: nn.Mo
     if hasattr(space, "n"):
         network.shape_actions(int(space.n))
     return categorical
+
+
+def policy_out_keys(continuous: bool) -> list[str]:
+    """What PPO's collector policy writes: the action (and the Gaussian's draw ``raw_action``), its log-probability
+    and the hidden state."""
+    return ["action", *(["raw_action"] if continuous else []), "action_log_prob", "hidden"]

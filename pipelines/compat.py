@@ -9,8 +9,9 @@ from tensordict import TensorDict
 
 WRITTEN_FOR = {"jsonargparse": "4.53", "lightning": "2.6", "torchrl": "0.14", "ray": "2.60"}
 
-__all__ = ["WRITTEN_FOR", "ddp_finds_unused_parameters", "debug_mode_active", "denying_import_path_entry",
-           "ray_actor_state", "set_logger_purge_step", "set_transform_buffer", "transform_buffer"]
+__all__ = ["WRITTEN_FOR", "collector_carry", "ddp_finds_unused_parameters", "debug_mode_active",
+           "denying_import_path_entry", "ray_actor_state", "set_collector_carry", "set_logger_purge_step",
+           "set_transform_buffer", "transform_buffer"]
 
 
 def set_logger_purge_step(logger, step: int) -> None:
@@ -29,6 +30,20 @@ def set_transform_buffer(transform, data: TensorDict) -> None:
     """Put the steps a TorchRL ``MultiStepTransform`` holds back (its ``_buffer``) in place, as a checkpoint kept
     them."""
     transform._buffer = data
+
+
+def collector_carry(collector, keys: list) -> dict | None:
+    """Copies of the entries ``keys`` that a TorchRL ``Collector`` carries from its last step to its next (its
+    ``_carrier``, e.g. a recurrent policy's states and ``is_init``), or None before it has any."""
+    carrier = getattr(collector, "_carrier", None)
+    return None if carrier is None else {key: carrier.get(key).clone() for key in keys}
+
+
+def set_collector_carry(collector, carry: dict) -> None:
+    """Put :func:`collector_carry`'s entries back into a TorchRL ``Collector``'s ``_carrier`` (after its first reset,
+    before its first step)."""
+    for key, value in carry.items():
+        collector._carrier.set(key, value.to(collector._carrier.device))
 
 
 def ray_actor_state(handle) -> dict:

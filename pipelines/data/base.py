@@ -12,6 +12,8 @@ from tensordict import TensorDict
 from torchrl.envs import EnvBase
 
 from envs import EnvConfig, EnvSpecs, make_env, unwrap
+from envs.policy_state import carried_keys
+from pipelines.compat import collector_carry, set_collector_carry
 from pipelines.data.collectors import WorkerCollector, local_collector
 from pipelines.data.env_control import EnvControl, TrainingEnvCalls, resolve
 from pipelines.data.options import CollectorOptions, require
@@ -106,6 +108,7 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         self.env: EnvBase | None = None
         self.control: EnvControl | None = None
         self._collector: Iterator | None = None
+        self._restored_carry: dict | None = None  # a checkpoint's recurrent policy states (state_dict), until used
 
     @property
     def num_envs(self) -> int:
@@ -183,6 +186,9 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
             else:
                 self._collector = local_collector(self.env, policy, self.frames_per_batch,
                                                   **options.policy_options, **self._collector_options())
+                if self._restored_carry:  # a recurrent policy's states where the checkpointed run left them
+                    set_collector_carry(self._collector, self._restored_carry)
+                    self._restored_carry = None
         return self._collector
 
     def _collector_options(self) -> dict:
@@ -206,18 +212,24 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict:
-        """The env's resume state (each row restarts the episode in progress on resume; in-process envs only)
-        and the weights of the env models trained during the run (``trained_env_models``)."""
+        """The env's resume state (each row restarts the episode in progress on resume; in-process envs only) with a
+        recurrent policy's carried states (``policy_carry``), and the weights of the env models trained during the
+        run (``trained_env_models``)."""
         state = {}
         base = unwrap(self.env)
         if hasattr(base, "resume_state") and not self.workers:  # with workers the stepped envs live there
             state["env_rng"] = base.resume_state()
+            keys = carried_keys(self.trainer.lightning_module.collector_policy) if self.trainer is not None else []
+            carry = collector_carry(self._collector, keys) if keys and self._collector is not None else None
+            if carry:  # the recurrent states and is_init of the step the envs go on from
+                state["policy_carry"] = carry
         if self.trained_env_models:
             state["env_models"] = {name: _cpu_copy(self.env_models[name].state_dict())
                                    for name in self.trained_env_models}
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
+        self._restored_carry = state_dict.get("policy_carry")
         for name, weights in trained_env_model_states(state_dict, self.trained_env_models).items():
             self.load_env_model(name, weights)
         base = unwrap(self.env)

@@ -32,10 +32,11 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
-from torchrl.envs import EnvBase
+from torchrl.envs import EnvBase, Transform, TransformedEnv
 from torchrl.weight_update import SharedMemWeightSyncScheme
 
 from envs import EnvConfig, make_env
+from envs.policy_state import recurrent_env, recurrent_transforms
 from pipelines.data.env_control import Call, apply_calls
 
 SHUTDOWN_TIMEOUT_S = 5.0  # TorchRL asks workers to close, then terminates, then kills them within this time
@@ -56,23 +57,25 @@ def start_workers_from_forkserver() -> None:
 
 
 def local_collector(env: EnvBase, policy: nn.Module, frames_per_batch: int, **options) -> Collector:
-    """TorchRL's ``Collector`` over the in-process training env, on the env's device (``options``: e.g.
-    ``init_random_frames``). Trajectory ids are not tracked (nothing reads them: 7% of a collected step)."""
-    return Collector(env, policy, frames_per_batch=frames_per_batch, total_frames=-1, device=env.device,
-                     auto_register_policy_transforms=False, trust_policy=True, track_traj_ids=False,
-                     **options)
+    """TorchRL's ``Collector`` over the in-process training env (with a recurrent policy's ``is_init`` and states:
+    :func:`envs.policy_state.recurrent_env`), on the env's device (``options``: e.g. ``init_random_frames``).
+    Trajectory ids are not tracked (nothing reads them: 7% of a collected step)."""
+    return Collector(recurrent_env(env, policy), policy, frames_per_batch=frames_per_batch, total_frames=-1,
+                     device=env.device, auto_register_policy_transforms=False, trust_policy=True,
+                     track_traj_ids=False, **options)
 
 
 def make_worker_env(env_config: EnvConfig, env_models: dict[str, nn.Module], num_envs: int, seed: int,
-                    calls: list[Call]) -> EnvBase:
+                    calls: list[Call], transforms: Transform | None = None) -> EnvBase:
     """A worker's env (``make_env``'s, rows seeded ``seed, seed + 1, ...``) after the learner's calls made before
-    the workers started. Runs in the worker process, whose torch RNG (the policy's exploration, random warm-up
-    actions) it seeds with ``seed`` too, so a run with workers is reproducible and each worker draws its own
-    stream."""
+    the workers started, with ``transforms`` appended (a recurrent policy's,
+    :func:`envs.policy_state.recurrent_transforms`). Runs in the worker process, whose torch RNG (the policy's
+    exploration, random warm-up actions) it seeds with ``seed`` too, so a run with workers is reproducible and each
+    worker draws its own stream."""
     torch.manual_seed(seed)
     env = make_env(env_config, num_envs, seed, "cpu", env_models)
     apply_calls(env, calls)
-    return env
+    return env if transforms is None else TransformedEnv(env, transforms.clone())
 
 
 @contextlib.contextmanager
@@ -185,8 +188,8 @@ class WorkerCollector:
                  asynchronous: bool = False, **options) -> None:
         per = num_envs // workers
         calls = startup_calls or [[] for _ in range(workers)]
-        make = [partial(make_worker_env, env_config, env_models, per, first_seed + w * per, calls[w])
-                for w in range(workers)]
+        make = [partial(make_worker_env, env_config, env_models, per, first_seed + w * per, calls[w],
+                        recurrent_transforms(policy)) for w in range(workers)]
         self.timeout_s = timeout_s
         self._stall: str | None = None
         # sync=False: the workers' policy parameters are the shared buffer itself (synchronous: the learner's own

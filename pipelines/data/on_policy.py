@@ -43,9 +43,11 @@ class OnPolicyDataModule(EnvDataModule):
 
     def training_batches(self) -> Iterator[Minibatches]:
         """Per collected batch ``[N]``, its minibatches: the module's ``ppo_epochs`` shuffles, each split into
-        ``N / mini_batch_size`` minibatches. A minibatch of the whole batch (``mini_batch_size`` = N) is the batch
-        itself, ``ppo_epochs`` times: the loss is a mean over its frames, so a shuffle would change only the order
-        of a float sum, and copying the batch out costs more than the update's arithmetic on small networks."""
+        ``N / mini_batch_size`` minibatches (a batch the module keeps as rows ``[B, T]``, a recurrent network's: its
+        rows shuffled, ``mini_batch_size / T`` whole rows a minibatch). A minibatch of the whole batch
+        (``mini_batch_size`` = N) is the batch itself, ``ppo_epochs`` times: the loss is a mean over its frames, so a
+        shuffle would change only the order of a float sum, and copying the batch out costs more than the update's
+        arithmetic on small networks."""
         module = self.trainer.lightning_module
         keys = module.replay_keys()  # (the loss's inputs: the minibatches carry only these)
         epochs, size = module.ppo_epochs, module.mini_batch_size
@@ -55,8 +57,10 @@ class OnPolicyDataModule(EnvDataModule):
             if size == batch.numel():
                 yield Minibatches(batch, None, epochs)
                 continue
-            order = torch.stack([torch.randperm(batch.numel()) for _ in range(epochs)])
-            yield Minibatches(batch, order.reshape(-1, size))
+            # [N] frames, or a recurrent module's [B, T] rows (whole sequences: size / T rows a minibatch)
+            per = size if batch.batch_dims == 1 else size // batch.shape[1]
+            order = torch.stack([torch.randperm(batch.shape[0]) for _ in range(epochs)])
+            yield Minibatches(batch, order.reshape(-1, per))
 
 
 class Minibatches:

@@ -33,6 +33,7 @@ from torch import nn
 from torchrl.collectors import Collector
 
 from envs import EnvConfig
+from envs.policy_state import recurrent_transforms
 from pipelines.compat import ray_actor_state
 from pipelines.data.collectors import VersionedPolicy, make_worker_env, watchdog
 from pipelines.data.env_control import Call
@@ -105,8 +106,8 @@ class RayWorkerCollector:
 
         per = num_envs // workers
         calls = startup_calls or [[] for _ in range(workers)]
-        make = [partial(make_worker_env, env_config, env_models, per, first_seed + w * per, calls[w])
-                for w in range(workers)]
+        make = [partial(make_worker_env, env_config, env_models, per, first_seed + w * per, calls[w],
+                        recurrent_transforms(policy)) for w in range(workers)]
         self.options = options
         self.policy = VersionedPolicy(policy)
         self._started = not ray.is_initialized()  # a Ray instance this run starts is stopped with it

@@ -83,3 +83,14 @@ def test_both_trainers_get_a_seed_when_the_config_has_no_data_seed():
     assert training_seed(seeded) == 7
     del seeded["data"]["init_args"]["seed"]
     assert training_seed(seeded) == 5
+
+
+def test_recurrent_ppo_maps_to_sb3_contribs_recurrent_ppo():
+    hp, caveats = sb3_hyperparameters(_config("cartpole_novel_ppo_lstm.yaml"), 100_000, 0)
+    assert (hp["algorithm"], hp["env_id"], hp["n_envs"], hp["n_steps"], hp["batch_size"], hp["n_epochs"]) == (
+        "RecurrentPPO", "CartPoleNoVel-v1", 8, 32, 256, 20)
+    assert hp["policy_kwargs"] == {"net_arch": {"pi": [64], "vf": [64]}, "activation_fn": "relu", "log_std_init": 0.0,
+                                   "ortho_init": False, "lstm_hidden_size": 64, "n_lstm_layers": 1,
+                                   "enable_critic_lstm": True, "shared_lstm": False}
+    assert hp["normalize"]["norm_obs"] and hp["normalize"]["norm_reward"]
+    assert any("RecurrentPPO" in c for c in caveats)

@@ -20,6 +20,7 @@ from tests.pipelines.conftest import REPO, SMOKE
 CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
 PENDULUM_TD3 = str(REPO / "configs" / "pendulum_td3.yaml")
 PENDULUM_PPO = str(REPO / "configs" / "pendulum_ppo.yaml")
+LSTM_PPO = str(REPO / "configs" / "cartpole_novel_ppo_lstm.yaml")
 SMALL_PPO = ["--data.init_args.total_frames=2048", "--data.init_args.collector.num_envs=2",
              "--data.init_args.collector.frames_per_batch=256", "--model.init_args.mini_batch_size=64",
              "--model.init_args.ppo_epochs=2"]
@@ -56,7 +57,9 @@ def _steps(version) -> list[int]:
     (PENDULUM_TD3, SMALL_TD3, 200),  # TD3 on Pendulum: exploration noise, policy delay's clock, two targets
     # continuous PPO on Pendulum: Gaussian draws, the normalisation's statistics and its returns in progress
     (PENDULUM_PPO, SMALL_PPO, 50),
-], ids=["dqn_cartpole", "dqn_nstep_cartpole", "ppo_dvrp", "td3_pendulum", "ppo_pendulum"])
+    # recurrent PPO: the LSTM states carried by the env, the reward normalisation's returns
+    (LSTM_PPO, ["--data.init_args.total_frames=2048", "--model.init_args.ppo_epochs=5"], 30),
+], ids=["dqn_cartpole", "dqn_nstep_cartpole", "ppo_dvrp", "td3_pendulum", "ppo_pendulum", "ppo_lstm_cartpole_novel"])
 def test_sigkill_and_resume_in_a_new_process_matches_the_uninterrupted_run(tmp_path, config, args, kill_at):
     full = _fit(tmp_path / "full", config, *args)
     assert full.returncode == 0, full.stderr[-2000:]

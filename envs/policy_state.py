@@ -1,0 +1,38 @@
+"""What a recurrent policy needs of the env it plays: TorchRL's ``InitTracker`` (``is_init``, True at an episode's
+first step) and the ``TensorDictPrimer`` of its recurrent states (zeros at every reset, carried from step to step as
+entries of the env's TensorDicts), found in the policy's modules by TorchRL (``get_primers_from_module``)."""
+
+from __future__ import annotations
+
+from torch import nn
+from torchrl.envs import Compose, EnvBase, InitTracker, TensorDictPrimer, Transform, TransformedEnv
+from torchrl.modules.utils import get_primers_from_module
+
+
+def recurrent_transforms(policy: object) -> Transform | None:
+    """``InitTracker`` and the primer of ``policy``'s recurrent modules (e.g. TorchRL's ``LSTMModule``), as one
+    transform; None for a policy without any (a feed-forward module, or a plain callable)."""
+    if not isinstance(policy, nn.Module):
+        return None
+    primer = get_primers_from_module(policy, warn=False)
+    return None if primer is None else Compose(InitTracker(init_key="is_init"), primer)
+
+
+def recurrent_env(env: EnvBase, policy: object) -> EnvBase:
+    """``env`` with :func:`recurrent_transforms` of ``policy`` appended (``env`` itself for a feed-forward policy)."""
+    transforms = recurrent_transforms(policy)
+    return env if transforms is None else TransformedEnv(env, transforms)
+
+
+def carried_keys(policy: object) -> list:
+    """The entries a recurrent ``policy``'s env carries from step to step for it (``is_init`` and its primer's
+    states), which a resumed run must continue; ``[]`` for a feed-forward policy."""
+    transforms = recurrent_transforms(policy)
+    return [] if transforms is None else ["is_init", *_primed(transforms)]
+
+
+def _primed(transform: Transform) -> list:
+    """The entries the ``TensorDictPrimer`` s in ``transform`` (a ``Compose`` of any depth) give."""
+    if isinstance(transform, Compose):
+        return [key for part in transform for key in _primed(part)]
+    return list(transform.primers.keys(True, True)) if isinstance(transform, TensorDictPrimer) else []
