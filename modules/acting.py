@@ -6,7 +6,7 @@ from __future__ import annotations
 from abc import abstractmethod
 
 import torch
-from tensordict import NestedKey
+from tensordict import NestedKey, TensorDict
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 from torchrl.envs.utils import ExplorationType
@@ -32,6 +32,11 @@ class Acting:
             NotImplementedError: a module without a step-wise policy (REINFORCE's whole plans).
         """
         return exportable(self.collector_policy)
+
+    def export_example(self) -> TensorDict:
+        """An example input of :meth:`export_policy`'s module, by its input keys (``[1]``): the env's example
+        observation (:attr:`env_specs`)."""
+        return self.env_specs.example_observation
 
     def torchrl_policy(self, deterministic: bool = True) -> FixedExplorationPolicy:
         """The trained policy as a TorchRL TensorDict policy, for ``env.rollout(n, module.torchrl_policy())`` or a

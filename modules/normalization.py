@@ -181,6 +181,16 @@ class VecNormalization(nn.Module):
         self.observation = RunningMeanStd(observation_shape) if observation_shape is not None else None
         self.reward = RewardNormalizer(gamma, clip) if gamma is not None else None
 
+    @classmethod
+    def of(cls, example, key: str, observation: bool, gamma: float | None, clip: float,
+           out_key: str | None = None) -> VecNormalization | None:
+        """The normalisation of a module's settings (``observation``: normalise ``key``, shaped as in ``example``,
+        the env's example observation ``[1]``; ``gamma``: normalise rewards), or None for neither."""
+        if not observation and gamma is None:
+            return None
+        shape = tuple(example.get(key).shape[example.batch_dims:]) if observation else None
+        return cls(key, shape, gamma, clip, out_key)
+
     def wrap(self, policy: nn.Module) -> nn.Module:
         """The policy module with its (first) input standardised, where observations are normalised."""
         return policy if self.observation is None else NormalizedInput(policy, self.observation, self.clip)

@@ -25,7 +25,7 @@ from modules.normalization import NORMALIZED, ReturnsInCheckpoint, VecNormalizat
 from modules.policy import TensorPolicy
 from modules.ppo_loss import clipped_loss, ppo_loss
 from modules.ppo_policy import check_policy_fits, policy_head, policy_out_keys
-from modules.recurrent import RECURRENT_ONLY_IN_ENVS, recurrent_parts, sequence_keys, sequence_outputs
+from modules.recurrent import export_step, recurrent_parts, sequence_keys, sequence_outputs
 
 _RECORDED = ("loss_objective", "loss_critic", "loss_entropy", "entropy", "kl_approx", "clip_fraction",
              "explained_variance", "loss", "grad_norm")
@@ -53,26 +53,22 @@ class PPOModule(ReturnsInCheckpoint, RLModule):
         gamma: discount per env step.
         gae_lambda: GAE's lambda (Schulman et al. 2016).
         clip_epsilon: PPO ratio clip.
-        clip_schedule: ``constant`` or ``linear`` decay of ``clip_epsilon`` to 0
-            over ``total_frames`` (set at each collected batch, as the learning rate: RL Zoo's ``lin_0.2``).
+        clip_schedule: ``constant`` or ``linear`` decay of ``clip_epsilon`` to 0 over ``total_frames`` (RL Zoo's
+            ``lin_0.2``).
         entropy_coeff: entropy bonus weight.
         critic_coeff: value loss weight.
         max_grad_norm: global gradient-norm clip.
         normalize_advantage: standardise advantages per minibatch.
-        reward_scale: rewards are multiplied by this for GAE and the critic (returns stay unscaled
-            in the logs); e.g. ``1 / served_reward`` keeps DVRP values near 1.
+        reward_scale: rewards are multiplied by this for GAE and the critic (logged returns stay unscaled).
         action_mask_key: observation key of the boolean action mask, or null for none.
         loss_critic_type: ``l2`` or ``smooth_l1``.
         ppo_epochs: passes over each collected batch (SB3's ``n_epochs``).
-        mini_batch_size: frames per minibatch (SB3's ``batch_size``); the data's ``collector.frames_per_batch``
-            must be a multiple of it (checked before any work by :func:`pipelines.compatibility.check_data_fit`).
+        mini_batch_size: frames per minibatch (SB3's ``batch_size``), a divisor of ``collector.frames_per_batch``.
         squash: continuous actions only: ``clip`` the Gaussian draw to the bounds (SB3's PPO) or ``tanh`` squash it.
         log_std_init: continuous actions only: the initial log standard deviation (SB3's ``log_std_init``).
-        normalize_observation: standardise the observation by its running mean and variance
-            (:class:`modules.normalization.VecNormalization`; the network must read one flat float entry).
-        normalize_reward: divide rewards by the running standard deviation of the ``gamma``-discounted return
-            (then ``reward_scale`` must stay 1).
-        normalize_clip: both normalisations clip at this many standard deviations (SB3's 10).
+        normalize_observation: standardise the (one, flat) observation by its running mean and variance.
+        normalize_reward: divide rewards by the running std of the ``gamma``-discounted return (``reward_scale``: 1).
+        normalize_clip: both normalisations (:mod:`modules.normalization`) clip at this many standard deviations.
         compile: run the update's loss through ``torch.compile`` (see :class:`modules.base.RLModule`).
         compile_mode: ``torch.compile``'s mode (null, ``default``, ``reduce-overhead``: CUDA graphs, ...).
     """
@@ -145,10 +141,17 @@ class PPOModule(ReturnsInCheckpoint, RLModule):
         return self._policy
 
     def export_policy(self):
-        """The base's; a recurrent network's is not exported yet (raises ``NotImplementedError``)."""
-        if self.recurrent:
-            raise NotImplementedError(RECURRENT_ONLY_IN_ENVS)
-        return super().export_policy()
+        """The base's; a recurrent network's one step, its states in and out (``modules.recurrent.RecurrentStep``)."""
+        if not self.recurrent:
+            return super().export_policy()
+        mask = [self.hparams.action_mask_key] if self.hparams.action_mask_key is not None else []
+        return export_step(self._policy, self.network, self.env_specs, mask)[:2]
+
+    def export_example(self) -> TensorDict:
+        """The base's, with a recurrent network's ``is_init`` and zero states."""
+        if not self.recurrent:
+            return super().export_example()
+        return export_step(self._policy, self.network, self.env_specs, [])[2]
 
     @property
     def ppo_epochs(self) -> int:
@@ -172,11 +175,9 @@ class PPOModule(ReturnsInCheckpoint, RLModule):
             return self._prepare_recurrent(specs)
         head = policy_head(specs, net, self._policy.module, h.squash, h.log_std_init)
         self.continuous = isinstance(head, GaussianPolicy)
-        if h.normalize_observation or h.normalize_reward:
-            key, example = net.in_keys[0], specs.example_observation
-            shape = tuple(example.get(key).shape[example.batch_dims:]) if h.normalize_observation else None
-            self.normalization = VecNormalization(key, shape, h.gamma if h.normalize_reward else None,
-                                                  h.normalize_clip)
+        self.normalization = VecNormalization.of(specs.example_observation, net.in_keys[0], h.normalize_observation,
+                                                 h.gamma if h.normalize_reward else None, h.normalize_clip)
+        if self.normalization is not None:
             head = self.normalization.wrap(head)
         if head is not self._policy.module:
             self._policy = TensorPolicy(head, self._policy.in_keys, policy_out_keys(self.continuous))
@@ -184,11 +185,10 @@ class PPOModule(ReturnsInCheckpoint, RLModule):
 
     def _prepare_recurrent(self, specs: EnvSpecs) -> None:
         """:meth:`prepare` of an `LSTMActorCritic`: :func:`modules.recurrent.recurrent_parts`."""
-        h, key, example = self.hparams, self.network.observation_key, specs.example_observation
-        if h.normalize_observation or h.normalize_reward:
-            shape = tuple(example.get(key).shape[example.batch_dims:]) if h.normalize_observation else None
-            self.normalization = VecNormalization(key, shape, h.gamma if h.normalize_reward else None,
-                                                  h.normalize_clip, NORMALIZED)
+        h = self.hparams
+        self.normalization = VecNormalization.of(specs.example_observation, self.network.observation_key,
+                                                 h.normalize_observation, h.gamma if h.normalize_reward else None,
+                                                 h.normalize_clip, NORMALIZED)
         self._policy, self.encoder, self.critic, self.continuous = recurrent_parts(
             self.network, specs, h.action_mask_key, h.squash, h.log_std_init, self.normalization)
 

@@ -5,6 +5,7 @@ travel through the env as observation entries (TorchRL's ``TensorDictPrimer``, r
 
 from __future__ import annotations
 
+import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictSequential
 from torch import Tensor, nn
@@ -20,11 +21,11 @@ from modules.ppo_policy import policy_head, policy_out_keys
 
 ACTOR_STATE = ("actor_hidden", "actor_cell")
 CRITIC_STATE = ("critic_hidden", "critic_cell")
-# what predict and export answer for a recurrent policy (its action depends on the LSTM states it carries)
-RECURRENT_ONLY_IN_ENVS = ("a recurrent policy acts on the LSTM states it carries from step to step, and is not "
-                          "exported or asked one observation at a time yet: play it in an env (pipelines.evaluate, "
-                          "or env.rollout(n, module.torchrl_policy()) on envs.policy_state.recurrent_env(env, "
-                          "module.collector_policy))")
+# what predict answers for a recurrent policy (its action depends on the LSTM states it carries)
+RECURRENT_ONLY_IN_ENVS = ("a recurrent policy acts on the LSTM states it carries from step to step, and is not asked "
+                          "one observation at a time: play it in an env (pipelines.evaluate, or env.rollout(n, "
+                          "module.torchrl_policy()) on envs.policy_state.recurrent_env(env, module.collector_policy)), "
+                          "or export it (pipelines.export: the states are its inputs and outputs)")
 
 
 class LSTMActorCritic(ActorCriticNetwork):
@@ -176,3 +177,43 @@ def sequence_outputs(network: LSTMActorCritic, batch: TensorDictBase) -> tuple[T
 def sequence_keys(network: LSTMActorCritic) -> list[str]:
     """The entries :func:`sequence_outputs` reads."""
     return [network.input_key, *ACTOR_STATE, *CRITIC_STATE, "is_init"]
+
+
+class RecurrentStep(nn.Module):
+    """One step of a recurrent PPO policy as a plain module, what ``pipelines.export`` writes: ``(observation
+    [B, F], is_init [B, 1] bool, actor_hidden [B, 1, H], actor_cell [B, 1, H], *extra)`` -> ``(action, next
+    actor_hidden, next actor_cell)``, the states zeroed where ``is_init`` (an episode's first step), as TorchRL's
+    ``LSTMModule`` steps them; the observation standardised first where the policy does. Start an episode with
+    zero states and ``is_init`` True, then feed each step's states back. Under ``ExplorationType.DETERMINISTIC``
+    (as exported) the action is the most likely one, or the Gaussian's mean clipped or squashed into the bounds.
+
+    Args:
+        policy: the collector's policy of :func:`recurrent_parts` (its LSTMs' ``nn.LSTM`` and its head are used).
+        network: the :class:`LSTMActorCritic` it was built on.
+    """
+
+    def __init__(self, policy: TensorDictSequential, network: LSTMActorCritic) -> None:
+        super().__init__()
+        first = policy[0]
+        self.standardize = first.module if isinstance(first, TensorPolicy) else None
+        self.lstm = network.actor_lstm.lstm
+        self.head = policy[-1].module
+
+    def forward(self, observation: Tensor, is_init: Tensor, hidden: Tensor, cell: Tensor, *extra: Tensor):
+        x = observation if self.standardize is None else self.standardize(observation)
+        keep = (~is_init).to(hidden.dtype).unsqueeze(-1)  # [B, 1, 1]
+        out, (hidden, cell) = self.lstm(x.unsqueeze(1), ((hidden * keep).transpose(0, 1).contiguous(),
+                                                         (cell * keep).transpose(0, 1).contiguous()))
+        return self.head(out[:, 0], *extra)[0], hidden.transpose(0, 1), cell.transpose(0, 1)
+
+
+def export_step(policy: TensorDictSequential, network: LSTMActorCritic, specs: EnvSpecs, mask: list[str]
+                ) -> tuple[RecurrentStep, list[str], TensorDictBase]:
+    """:class:`RecurrentStep` of ``policy``, its input keys, and an example input (the env's example observation with
+    ``is_init`` True and zero states) for tracing."""
+    example = specs.example_observation.clone()
+    rows, size = example.batch_size[0], network.lstm_hidden_size
+    example.set("is_init", torch.ones(rows, 1, dtype=torch.bool))
+    for key in ACTOR_STATE:
+        example.set(key, torch.zeros(rows, 1, size))
+    return RecurrentStep(policy, network), [network.observation_key, "is_init", *ACTOR_STATE, *mask], example

@@ -98,9 +98,11 @@ def check_data_fit(model: RLModule, data: RLDataModule) -> None:
     if on_policy and data.frames_per_batch % model.mini_batch_size:
         raise ValueError(f"data.collector.frames_per_batch={data.frames_per_batch} must be a multiple of "
                          f"model.mini_batch_size={model.mini_batch_size} (whole minibatches per collected batch)")
+    if not (on_policy and getattr(model, "recurrent", False)):
+        return
     options = data.collector_options  # T, the steps of each env row per batch (asynchronous: one worker's rows)
     steps = data.frames_per_batch // (data.num_envs // options.workers if options.mode == "async" else data.num_envs)
-    if on_policy and getattr(model, "recurrent", False) and model.mini_batch_size % steps:
+    if model.mini_batch_size % steps:
         raise ValueError(f"model.mini_batch_size={model.mini_batch_size} must be a multiple of the {steps} steps each "
                          f"env row takes per batch (data.collector.frames_per_batch over the rows of a batch): a "
                          f"recurrent network's minibatches are whole rows")

@@ -7,9 +7,12 @@ The checkpoint alone is enough (:meth:`modules.base.RLModule.load_from_checkpoin
 file holds the evaluation policy (greedy Q-values, the most likely action, SAC's squashed mean), traced under
 TorchRL's ``ExplorationType.DETERMINISTIC``: ``action = policy(*inputs)``, the inputs batched ``[B, ...]`` in
 the order of ``inputs`` in the JSON written beside it (``<out>.json``: each input's key, per-sample shape and
-dtype, the action's, and what was exported). A discrete action is its index (int64), whatever the env's action
-encoding. TorchScript (``torch.jit.load``) and ONNX (any ONNX runtime) files run without this package; the ONNX
-file has a dynamic batch dimension, the TorchScript one follows the traced ops (batch-independent here).
+dtype, the action's, and what was exported). A recurrent policy (PPO's ``modules.recurrent.LSTMActorCritic``) takes
+``is_init`` and its LSTM states after the observation and returns its next states after the action (the JSON's
+``next_states``): start each episode with zero states and ``is_init`` True, and feed each step's states back. A
+discrete action is its index (int64), whatever the env's action encoding. TorchScript (``torch.jit.load``)
+and ONNX (any ONNX runtime) files run without this package; the ONNX file has a dynamic batch dimension, the
+TorchScript one follows the traced ops (batch-independent here).
 
 The policy is traced on ``--device`` (default ``cpu``; the JSON records it), whatever device the run trained on.
 Default ``--out``: ``<run folder>/export/<checkpoint stem>.pt`` (``.onnx``); an existing file is never
@@ -123,7 +126,7 @@ def export(ckpt_path: str, fmt: str, out: str, batch_size: int = 1, device: str 
                          f"shape the inputs on")
     module.to(target)
     policy, keys = module.export_policy()
-    example = module.env_specs.example_observation
+    example = module.export_example()
     inputs = tuple(example.get(key)[:1].expand(batch_size, *example.get(key).shape[1:]).clone().to(target)
                    for key in keys)
     policy.eval()
@@ -133,15 +136,8 @@ def export(ckpt_path: str, fmt: str, out: str, batch_size: int = 1, device: str 
     try:
         for _ in range(2):
             temps.append(_new_temporary(folder, os.path.basename(out)))
-        with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
-            action = policy(*inputs)
-            if fmt == "torchscript":
-                torch.jit.save(torch.jit.trace(policy, inputs), temps[0])
-            else:
-                names = [_name(k) for k in keys]
-                torch.onnx.export(policy, inputs, temps[0], input_names=names, output_names=["action"], dynamo=False,
-                                  dynamic_axes={n: {0: "batch"} for n in [*names, "action"]})
-        description = _describe(module, ckpt_path, fmt, out, keys, inputs, action, target)
+        outputs, output_names = _write(policy, inputs, keys, fmt, temps[0])
+        description = _describe(module, ckpt_path, fmt, out, keys, inputs, outputs, output_names, target)
         with open(temps[1], "w") as f:
             json.dump(description, f, indent=1)
         for temp in temps:
@@ -154,10 +150,30 @@ def export(ckpt_path: str, fmt: str, out: str, batch_size: int = 1, device: str 
     return description
 
 
-def _describe(module: RLModule, ckpt_path: str, fmt: str, out: str, keys: list, inputs: tuple, action: torch.Tensor,
-              device: torch.device) -> dict:
-    """The JSON written beside the exported file."""
-    return {
+def _write(policy: torch.nn.Module, inputs: tuple, keys: list, fmt: str, path: str) -> tuple[tuple, list[str]]:
+    """Trace ``policy`` on ``inputs`` under ``ExplorationType.DETERMINISTIC`` into ``path`` in ``fmt``; returns its
+    outputs on ``inputs`` (the action, then a recurrent policy's next states) and their names (``action``, then each
+    state's ``next.<key>``, named after the inputs that follow ``is_init``)."""
+    with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+        outputs = policy(*inputs)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        output_names = ["action", *(f"next.{_name(k)}" for k in keys[2:len(outputs) + 1])]
+        if fmt == "torchscript":
+            torch.jit.save(torch.jit.trace(policy, inputs), path)
+        else:
+            names = [_name(k) for k in keys]
+            torch.onnx.export(policy, inputs, path, input_names=names, output_names=output_names, dynamo=False,
+                              dynamic_axes={n: {0: "batch"} for n in [*names, *output_names]})
+    return outputs, output_names
+
+
+def _describe(module: RLModule, ckpt_path: str, fmt: str, out: str, keys: list, inputs: tuple, outputs: tuple,
+              output_names: list[str], device: torch.device) -> dict:
+    """The JSON written beside the exported file (``outputs``: a recurrent policy's next states after the action)."""
+    action = outputs[0]
+    states = [{"key": name, "shape": list(x.shape[1:]), "dtype": str(x.dtype).removeprefix("torch.")}
+              for name, x in zip(output_names[1:], outputs[1:], strict=True)]
+    return {**({"next_states": states} if states else {}),
         "format": fmt, "file": os.path.basename(out),
         "inputs": [{"key": _name(k), "shape": list(x.shape[1:]), "dtype": str(x.dtype).removeprefix("torch.")}
                    for k, x in zip(keys, inputs, strict=True)],
@@ -268,8 +284,9 @@ def main(argv: list[str] | None = None) -> dict:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     inputs = ", ".join(f"{i['key']} {i['shape']} {i['dtype']}" for i in description["inputs"])
-    print(f"{out}: action = policy({inputs}) -> {description['action']['dtype']} {description['action']['shape']} "
-          f"per sample (batch first); described in {out}.json")
+    states = "".join(f", {n['key']} {n['shape']}" for n in description.get("next_states", []))
+    print(f"{out}: action = policy({inputs}) -> {description['action']['dtype']} {description['action']['shape']}"
+          f"{states} per sample (batch first); described in {out}.json")
     return description
 
 

@@ -112,7 +112,7 @@ def test_recurrent_env_leaves_a_feed_forward_policy_alone():
     assert recurrent_env(env, lambda td: td) is env
 
 
-def test_the_config_runs_evaluates_and_refuses_what_is_not_built(tmp_path, capsys):
+def test_the_config_runs_evaluates_and_exports_its_steps(tmp_path, capsys):
     args = ["--config", CONFIG, "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
             "--trainer.callbacks+=callbacks.ModelCheckpoint", "--trainer.callbacks.save_last=true",
             "--data.init_args.total_frames=1024", f"--trainer.logger.init_args.save_dir={tmp_path}",
@@ -126,7 +126,17 @@ def test_the_config_runs_evaluates_and_refuses_what_is_not_built(tmp_path, capsy
     loaded = RLModule.load_from_checkpoint(last)
     with pytest.raises(NotImplementedError, match="a recurrent policy acts on the LSTM states it carries"):
         loaded.predict(torch.zeros(4))
-    with pytest.raises(SystemExit):
-        export(["--ckpt_path", str(last), "--out", str(tmp_path / "ppo.pt")])
-    assert "a recurrent policy acts on the LSTM states" in capsys.readouterr().err
-    assert not (tmp_path / "ppo.pt").exists()
+    description = export(["--ckpt_path", str(last), "--out", str(tmp_path / "ppo.pt")])
+    assert [i["key"] for i in description["inputs"]] == ["observation", "is_init", "actor_hidden", "actor_cell"]
+    assert [n["key"] for n in description["next_states"]] == ["next.actor_hidden", "next.actor_cell"]
+    # the exported step, its states fed back, plays the module's own greedy actions, episode starts included
+    program = torch.jit.load(str(tmp_path / "ppo.pt"))
+    env = recurrent_env(make_env(GymConfig(env_id="CartPoleNoVel-v1", backend="serial"), num_envs=3, seed=7),
+                        loaded.collector_policy)
+    rollout = env.rollout(120, loaded.torchrl_policy(), break_when_any_done=False)
+    assert rollout["is_init"][:, 1:].any()  # an episode restarts within the rollout
+    hidden = cell = torch.zeros(3, 1, 16)
+    for t in range(rollout.shape[1]):
+        step = rollout[:, t]
+        action, hidden, cell = program(step["observation"], step["is_init"], hidden, cell)
+        assert torch.equal(action, step["action"]), t
