@@ -229,12 +229,14 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self._restored_carry = state_dict.get("policy_carry")
         for name, weights in trained_env_model_states(state_dict, self.trained_env_models).items():
             self.load_env_model(name, weights)
         base = unwrap(self.env)
         if "env_rng" in state_dict and hasattr(base, "load_resume_state"):
-            base.load_resume_state(state_dict["env_rng"], keep_row_seeds=True)  # rank 0's state, this rank's rows
+            # rank 0's state, this rank's rows; a recurrent policy's carried states (rank 0's) where its episodes go on
+            applied = base.load_resume_state(state_dict["env_rng"], keep_row_seeds=True)
+            if applied and (self.trainer is None or self.trainer.global_rank == 0):
+                self._restored_carry = state_dict.get("policy_carry")
 
 
 def _cpu_copy(weights: dict) -> dict:
