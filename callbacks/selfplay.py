@@ -27,7 +27,8 @@ class SelfPlay(RLCallback):
     ``strong`` opponent, with the configured ``probabilities``; the snapshot the ``self`` rows meet is
     drawn uniformly from the pool once per batch. Until the first snapshot exists, ``self`` draws go to
     the scripted kinds in proportion to their probabilities. Snapshots play greedily
-    (``ExplorationType.DETERMINISTIC``), batched inside the env's step.
+    (``ExplorationType.DETERMINISTIC``), batched inside the env's step. Without a ``self`` share it is a mix of
+    scripted opponents (``configs/hockey_ppo.yaml``: weak 40%, strong 60%).
 
     Who sets the training envs' opponents is explicit: the env config's ``opponent`` at build, the settings
     of ``configure_env`` (e.g. a ``callbacks.CurriculumPhases`` phase) from each row's next reset, and this
@@ -37,8 +38,10 @@ class SelfPlay(RLCallback):
     The env must offer ``set_opponent(kinds per row)`` and ``set_opponent_policy(callable)`` (the hockey
     env); the callback acts through the data module's ``set_opponents`` / ``set_opponent_policy``, so it
     works with in-process envs and with rollout workers (``data.collector.workers``) alike. Pool, draw generator,
-    schedule and ``active`` are in the checkpoint, under a ``state_key`` of the callback's own (its interval, pool
-    size and seed), so two may coexist. Logged: ``schedule/self_play_pool_size`` and
+    schedule, ``active`` and the snapshot played (``pick``) are in the checkpoint, under a ``state_key`` of the
+    callback's own (its interval, pool size and seed), so two may coexist. A resumed run whose envs go on with the
+    checkpoint's games (the data module's ``resumed_env``: their drawn opponents are in the env's state) sets that
+    snapshot again instead of drawing; otherwise it draws at its start. Logged: ``schedule/self_play_pool_size`` and
     ``schedule/self_play_share_<kind>`` (the kinds drawn for the batch). Runs the same on every rank (each rank's
     envs draw from their own stream, seeded ``seed + rank``).
 
@@ -75,6 +78,7 @@ class SelfPlay(RLCallback):
         self.drawn = dict.fromkeys(KINDS, 0)  # opponents drawn in this process (a statistic)
         self._generator: torch.Generator | None = None
         self._opponent = None  # a copy of the policy that plays the drawn snapshot
+        self.pick: int | None = None  # the pool index of the snapshot the "self" rows meet now
 
     # ------------------------------------------------------------------ state
     @property
@@ -83,13 +87,14 @@ class SelfPlay(RLCallback):
                                         seed=self.seed)
 
     def state_dict(self) -> dict:
-        return {"pool": self.pool, **self.schedule.state_dict(), "active": self.active,
+        return {"pool": self.pool, **self.schedule.state_dict(), "active": self.active, "pick": self.pick,
                 "generator": self._generator.get_state() if self._generator is not None else None}
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.pool = list(state_dict["pool"])
         self.schedule.load_state_dict(state_dict)
         self.active = bool(state_dict.get("active", self.active))
+        self.pick = state_dict.get("pick")
         self._saved_generator = state_dict.get("generator")
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
@@ -119,6 +124,11 @@ class SelfPlay(RLCallback):
         if saved is not None:
             self._generator.set_state(saved)
         self._opponent = SnapshotPlayer(pl_module.collector_policy)
+        if saved is not None and trainer.datamodule.resumed_env:
+            # the envs go on with the checkpoint's games and their drawn opponents: only the snapshot is set again
+            if self.active and self.pick is not None:
+                self._play_snapshot(trainer.datamodule, self.pick)
+            return
         self._draw(trainer, pl_module)
 
     def on_batch_collected(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: TensorDict) -> None:
@@ -150,15 +160,19 @@ class SelfPlay(RLCallback):
             return
         kinds = self.draw_kinds(data.num_envs)
         if self.pool:
-            pick = int(torch.randint(len(self.pool), (1,), generator=self._generator))
-            self._opponent.policy.load_state_dict(self.pool[pick])
-            data.set_opponent_policy(self._opponent)  # (worker envs get the new weights)
+            self._play_snapshot(data, int(torch.randint(len(self.pool), (1,), generator=self._generator)))
         data.set_opponents(["policy" if k == "self" else k for k in kinds])
         for kind in kinds:
             self.drawn[kind] += 1
         pl_module.record("schedule/self_play_pool_size", float(len(self.pool)))
         for kind in KINDS:
             pl_module.record(f"schedule/self_play_share_{kind}", sum(k == kind for k in kinds) / len(kinds))
+
+    def _play_snapshot(self, data, pick: int) -> None:
+        """Make the pool's snapshot ``pick`` the one the ``self`` rows meet (worker envs get its weights too)."""
+        self.pick = pick
+        self._opponent.policy.load_state_dict(self.pool[pick])
+        data.set_opponent_policy(self._opponent)
 
 
 class SnapshotPlayer(nn.Module):

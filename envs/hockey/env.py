@@ -59,6 +59,9 @@ from envs.seeding import NativeBatchedEnv
 
 _U_PLAYER2_X, _U_PLAYER2_Y, _U_PUCK_X, _U_PUCK_Y, _U_SHOT_Y, _U_PHASE = range(6)
 _RESET_STREAM, _PHASE_STREAM = 0, 1
+# what a resumed run's games go on from (HockeyEnv.resume_state); the rest is derived from it or set by the run
+_GAME_STATE = ("players", "puck", "spin", "_kick", "hold", "touching", "t", "phase", "_keys", "episode", "mode",
+               "opponent", "_next_mode", "_next_opponent")
 
 
 class HockeyParameters(Protocol):
@@ -360,12 +363,51 @@ class HockeyEnv(NativeBatchedEnv):
         """Make the pending mode and opponent of rows ``idx`` current (at their reset)."""
         self.mode.index_copy_(0, idx, self._next_mode.index_select(0, idx))
         self.opponent.index_copy_(0, idx, self._next_opponent.index_select(0, idx))
+        self._derive_settings()
+
+    def _derive_settings(self) -> None:
+        """The per-row opponent gains and step limits of the current modes and opponents."""
         self._opponent_gain = self._gain_table.index_select(0, self.opponent).t().contiguous()
         self._has_policy_rows = bool((self.opponent == POLICY).any())
         cfg = self.config
         limit = torch.where(self.mode == NORMAL, cfg.max_steps, cfg.max_steps_train)
         self._max_steps = limit
         self._inv_max_steps = 1.0 / limit.float()
+
+    # ------------------------------------------------------------------ resume
+    def resume_state(self) -> dict:
+        """What continues the games in progress exactly: the base's row seeds and episode positions, and under
+        ``games`` every row's state (rackets, puck, spin, holding, steps, the scripted opponent's phase, the episode
+        keys and counters), its current and pending mode and opponent, and the running returns."""
+        games = {name: getattr(self, name).cpu().clone() for name in _GAME_STATE}
+        games["returns"] = self.episode_returns().cpu().clone()
+        return {**super().resume_state(), "games": games}
+
+    def load_resume_state(self, state: dict, keep_row_seeds: bool = False) -> bool:
+        """Restore :meth:`resume_state`: where the rows are the saved rows (same row seeds), the next full reset
+        (the collector's first) hands out the saved state's observation and the games go on from it, under the saved
+        settings; otherwise (another DDP rank's rows, or a state saved before ``games`` was kept) each row restarts
+        its episode in progress (:meth:`NativeBatchedEnv.load_resume_state`).
+
+        Returns:
+            Whether the saved games go on here (not where the rows restart their episodes).
+
+        Raises:
+            ValueError: the state was saved from an env with another batch size.
+        """
+        go_on = super().load_resume_state(state, keep_row_seeds) and "games" in state
+        if go_on:
+            games = state["games"]
+            for name in _GAME_STATE:
+                setattr(self, name, games[name].to(self.device).clone())
+            self._returns = games["returns"].to(self.device).clone()
+            self._derive_settings()
+            self._go_on = True
+        return go_on
+
+    def _set_seed(self, seed: int | None) -> None:
+        super()._set_seed(seed)
+        self._go_on = False  # a seeded env starts its episodes afresh
 
     # ------------------------------------------------------------------ state (tests, diagnostics)
     def force_state(self, observation: Tensor, t: Tensor | int = 0) -> TensorDict:
@@ -393,6 +435,9 @@ class HockeyEnv(NativeBatchedEnv):
     # ------------------------------------------------------------------ dynamics
     def _reset(self, tensordict: TensorDict | None = None, **kwargs) -> TensorDict:
         b, dev = self.batch_size[0], self.device
+        if self._go_on and (tensordict is None or "_reset" not in tensordict.keys()):
+            self._go_on = False  # a resumed run's first reset: the restored games go on (load_resume_state)
+            return self._output(torch.zeros(b, 1, dtype=torch.float32, device=dev))
         _, idx, episode, keys = self.start_episodes(tensordict)
         k = idx.shape[0]
         self._apply_settings(idx)

@@ -109,6 +109,7 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         self.control: EnvControl | None = None
         self._collector: Iterator | None = None
         self._restored_carry: dict | None = None  # a checkpoint's recurrent policy states (state_dict), until used
+        self.resumed_env = False  # a checkpoint's env state was applied: the training envs go on with its episodes
 
     @property
     def num_envs(self) -> int:
@@ -212,7 +213,8 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict:
-        """The env's resume state (each row restarts the episode in progress on resume; in-process envs only) with a
+        """The env's resume state (in-process envs only; the env decides what it holds: the hockey env and gymnasium's
+        classic control continue their episodes in progress, the other native envs restart them) with a
         recurrent policy's carried states (``policy_carry``), and the weights of the env models trained during the
         run (``trained_env_models``)."""
         state = {}
@@ -235,6 +237,7 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         if "env_rng" in state_dict and hasattr(base, "load_resume_state"):
             # rank 0's state, this rank's rows; a recurrent policy's carried states (rank 0's) where its episodes go on
             applied = base.load_resume_state(state_dict["env_rng"], keep_row_seeds=True)
+            self.resumed_env = bool(applied)
             if applied and (self.trainer is None or self.trainer.global_rank == 0):
                 self._restored_carry = state_dict.get("policy_carry")
 

@@ -311,14 +311,41 @@ def test_rows_do_not_depend_on_batch_size(kwargs):
         assert (single == out[row : row + 1]).all(), row
 
 
-def test_resume_state_replays_the_episode_in_progress():
-    env = HockeyConfig(mode="TRAIN_SHOOTING").make(num_envs=4, seed=5)
-    env.reset()
-    start = env.reset()["observation"].clone()
-    state_ = env.resume_state()
-    env.reset()
-    env.load_resume_state(state_)
-    assert torch.equal(env.reset()["observation"], start)
+def test_resume_state_continues_the_games_in_progress_exactly():
+    """Saved mid-game (rows under different opponents, pending settings that apply at the next reset), loaded into a
+    new env: its first reset hands out the saved state and 130 more steps, with games ending and new ones starting,
+    equal the saved env's own, entry for entry. A state without ``games`` (an older checkpoint) restarts each row's
+    episode in progress instead."""
+    def play_on(env, td, actions):
+        seen = []
+        for action in actions:
+            td["action"] = action
+            out, td = env.step_and_maybe_reset(td)
+            seen.append(out.clone())
+        return torch.stack(seen, 1), td
+
+    actions = torch.rand(160, 6, 4, generator=torch.Generator().manual_seed(3)) * 2 - 1
+    env = HockeyConfig(max_steps=50).make(num_envs=6, seed=11)
+    env.set_opponent(["weak", "strong", "static", "strong", "weak", "static"])
+    td = env.reset()
+    env.set_opponent("strong", rows=[0, 2])
+    env.set_mode("TRAIN_DEFENSE", rows=[5])
+    _, td = play_on(env, td, actions[:30])
+    saved = env.resume_state()
+    expected, _ = play_on(env, td, actions[30:])
+    fresh = HockeyConfig(max_steps=50).make(num_envs=6, seed=11)
+    assert fresh.load_resume_state(saved)
+    start = fresh.reset()
+    assert (start["observation"] == td["observation"]).all()
+    assert (start["episode_reward"] == td["episode_reward"]).all()
+    got, _ = play_on(fresh, start, actions[30:])
+    assert expected["next", "done"].sum() >= 6  # games ended and new ones started in the window
+    assert (got["next"] == expected["next"]).all()
+    # an older checkpoint's state: each row's episode in progress starts again
+    older = {k: v for k, v in saved.items() if k != "games"}
+    restart = HockeyConfig(max_steps=50).make(num_envs=6, seed=11)
+    assert not restart.load_resume_state(older)
+    assert (restart.reset()["info", "steps"] == 0).all()
 
 
 # ---------------------------------------------------------------- opponents

@@ -21,6 +21,10 @@ CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
 PENDULUM_TD3 = str(REPO / "configs" / "pendulum_td3.yaml")
 PENDULUM_PPO = str(REPO / "configs" / "pendulum_ppo.yaml")
 LSTM_PPO = str(REPO / "configs" / "cartpole_novel_ppo_lstm.yaml")
+HOCKEY_PPO = str(REPO / "configs" / "hockey_ppo.yaml")
+HOCKEY_DQN = str(REPO / "configs" / "hockey_dqn_strong.yaml")
+OPPONENT_MIX = ["--trainer.callbacks+=callbacks.SelfPlay",
+                '--trainer.callbacks.probabilities={"weak": 0.4, "strong": 0.6}']
 SMALL_PPO = ["--data.init_args.total_frames=2048", "--data.init_args.collector.num_envs=2",
              "--data.init_args.collector.frames_per_batch=256", "--model.init_args.mini_batch_size=64",
              "--model.init_args.ppo_epochs=2"]
@@ -59,7 +63,11 @@ def _steps(version) -> list[int]:
     (PENDULUM_PPO, SMALL_PPO, 50),
     # recurrent PPO: the LSTM states carried by the env, the reward normalisation's returns
     (LSTM_PPO, ["--data.init_args.total_frames=2048", "--model.init_args.ppo_epochs=5"], 30),
-], ids=["dqn_cartpole", "dqn_nstep_cartpole", "ppo_dvrp", "td3_pendulum", "ppo_pendulum", "ppo_lstm_cartpole_novel"])
+    # the hockey configs against their opponent mix: the hockey env's games in progress, the opponents' draw stream
+    (HOCKEY_PPO, [*SMALL_PPO, "--data.init_args.total_frames=3072", *OPPONENT_MIX], 70),
+    (HOCKEY_DQN, [*SMALL_DQN[:7], *OPPONENT_MIX], 30),
+], ids=["dqn_cartpole", "dqn_nstep_cartpole", "ppo_dvrp", "td3_pendulum", "ppo_pendulum", "ppo_lstm_cartpole_novel",
+        "ppo_hockey", "dqn_hockey"])
 def test_sigkill_and_resume_in_a_new_process_matches_the_uninterrupted_run(tmp_path, config, args, kill_at):
     full = _fit(tmp_path / "full", config, *args)
     assert full.returncode == 0, full.stderr[-2000:]
