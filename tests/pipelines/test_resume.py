@@ -31,10 +31,11 @@ SMALL_PPO = ["--data.init_args.total_frames=2048", "--data.init_args.collector.n
 SMALL_TD3 = ["--data.init_args.total_frames=504", "--data.init_args.replay_buffer.init_random_frames=104",
              "--model.init_args.network.init_args.actor_hidden_dims=[32, 32]",
              "--model.init_args.network.init_args.critic_hidden_dims=[32, 32]"]
-SMALL_DQN = ["--data.init_args.replay_buffer.init_random_frames=256", "--data.init_args.collector.num_envs=2",
-             "--data.init_args.collector.frames_per_batch=64", "--data.init_args.replay_buffer.batch_size=32",
-             "--data.init_args.replay_buffer.utd_ratio=2", "--data.init_args.total_frames=3200",
-             "--model.init_args.network.init_args.hidden_dims=[32, 32]", "--model.init_args.target_update_interval=8",
+SMALL_REPLAY = ["--data.init_args.replay_buffer.init_random_frames=256", "--data.init_args.collector.num_envs=2",
+                "--data.init_args.collector.frames_per_batch=64", "--data.init_args.replay_buffer.batch_size=32",
+                "--data.init_args.replay_buffer.utd_ratio=2", "--data.init_args.total_frames=3200",
+                "--model.init_args.network.init_args.hidden_dims=[32, 32]"]
+SMALL_DQN = [*SMALL_REPLAY, "--model.init_args.target_update_interval=8",
              "--trainer.callbacks+=callbacks.EpsilonDecay", "--trainer.callbacks.annealing_frames=1600",
              "--trainer.callbacks.eps_end=0.05"]
 
@@ -65,7 +66,7 @@ def _steps(version) -> list[int]:
     (LSTM_PPO, ["--data.init_args.total_frames=2048", "--model.init_args.ppo_epochs=5"], 30),
     # the hockey configs against their opponent mix: the hockey env's games in progress, the opponents' draw stream
     (HOCKEY_PPO, [*SMALL_PPO, "--data.init_args.total_frames=3072", *OPPONENT_MIX], 70),
-    (HOCKEY_DQN, [*SMALL_DQN[:7], *OPPONENT_MIX], 30),
+    (HOCKEY_DQN, [*SMALL_REPLAY, *OPPONENT_MIX], 30),  # (its soft target updates)
 ], ids=["dqn_cartpole", "dqn_nstep_cartpole", "ppo_dvrp", "td3_pendulum", "ppo_pendulum", "ppo_lstm_cartpole_novel",
         "ppo_hockey", "dqn_hockey"])
 def test_sigkill_and_resume_in_a_new_process_matches_the_uninterrupted_run(tmp_path, config, args, kill_at):
