@@ -25,7 +25,7 @@ from modules.normalization import NORMALIZED, ReturnsInCheckpoint, VecNormalizat
 from modules.policy import TensorPolicy
 from modules.ppo_loss import clipped_loss, ppo_loss
 from modules.ppo_policy import check_policy_fits, policy_head, policy_out_keys
-from modules.recurrent import export_step, recurrent_parts, sequence_keys, sequence_outputs
+from modules.recurrent import RecurrentStep, recurrent_parts, sequence_keys, sequence_outputs, step_example, step_keys
 
 _RECORDED = ("loss_objective", "loss_critic", "loss_entropy", "entropy", "kl_approx", "clip_fraction",
              "explained_variance", "loss", "grad_norm")
@@ -145,13 +145,13 @@ class PPOModule(ReturnsInCheckpoint, RLModule):
         if not self.recurrent:
             return super().export_policy()
         mask = [self.hparams.action_mask_key] if self.hparams.action_mask_key is not None else []
-        return export_step(self._policy, self.network, self.env_specs, mask)[:2]
+        return RecurrentStep(self._policy, self.network), step_keys(self.network, mask)
 
     def export_example(self) -> TensorDict:
         """The base's, with a recurrent network's ``is_init`` and zero states."""
         if not self.recurrent:
             return super().export_example()
-        return export_step(self._policy, self.network, self.env_specs, [])[2]
+        return step_example(self.network, self.env_specs)
 
     @property
     def ppo_epochs(self) -> int:

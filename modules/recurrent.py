@@ -207,13 +207,17 @@ class RecurrentStep(nn.Module):
         return self.head(out[:, 0], *extra)[0], hidden.transpose(0, 1), cell.transpose(0, 1)
 
 
-def export_step(policy: TensorDictSequential, network: LSTMActorCritic, specs: EnvSpecs, mask: list[str]
-                ) -> tuple[RecurrentStep, list[str], TensorDictBase]:
-    """:class:`RecurrentStep` of ``policy``, its input keys, and an example input (the env's example observation with
-    ``is_init`` True and zero states) for tracing."""
+def step_keys(network: LSTMActorCritic, mask: list[str]) -> list[str]:
+    """The input keys of :class:`RecurrentStep`, in its arguments' order (``mask``: the action mask's key, if any)."""
+    return [network.observation_key, "is_init", *ACTOR_STATE, *mask]
+
+
+def step_example(network: LSTMActorCritic, specs: EnvSpecs) -> TensorDictBase:
+    """An example input of :class:`RecurrentStep` for tracing: the env's example observation with ``is_init`` True
+    and zero states."""
     example = specs.example_observation.clone()
     rows, size = example.batch_size[0], network.lstm_hidden_size
     example.set("is_init", torch.ones(rows, 1, dtype=torch.bool))
     for key in ACTOR_STATE:
         example.set(key, torch.zeros(rows, 1, size))
-    return RecurrentStep(policy, network), [network.observation_key, "is_init", *ACTOR_STATE, *mask], example
+    return example
