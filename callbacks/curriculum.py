@@ -9,6 +9,7 @@ import lightning as L
 
 from callbacks.evaluation import PolicyEvaluation
 from callbacks.selfplay import SelfPlay
+from envs.restored import RestoredStateError, restored_mapping, restored_number
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +98,21 @@ class CurriculumPhases(L.Callback):
                 "read_frames": self._read_frames}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.phase = int(state_dict["phase"])
-        self.phase_start = int(state_dict["phase_start"])
-        self.window = [float(v) for v in state_dict.get("window", [])]
-        self._read_frames = state_dict.get("read_frames")
+        """Restore :meth:`state_dict`, checked.
+
+        Raises:
+            RestoredStateError: a phase that is no phase of this config, a negative start, a window of other than
+                finite numbers (names the entry)."""
+        state = restored_mapping(state_dict, "CurriculumPhases", ("phase", "phase_start"))
+        self.phase = restored_number(state["phase"], "CurriculumPhases.phase", low=0, high=len(self.phases))
+        self.phase_start = restored_number(state["phase_start"], "CurriculumPhases.phase_start", low=0)
+        window = state.get("window", [])
+        if not isinstance(window, list):
+            raise RestoredStateError("CurriculumPhases.window is not a list of numbers")
+        self.window = [float(restored_number(v, "CurriculumPhases.window", integer=False)) for v in window]
+        read = state.get("read_frames")
+        self._read_frames = None if read is None else restored_number(read, "CurriculumPhases.read_frames",
+                                                                     integer=False, low=0)
         legacy = getattr(self, "_legacy_history", None)
         until = self.phases[self.phase].get("until") or {} if self.phase < len(self.phases) else {}
         if "window" not in state_dict and legacy and "metric" in until:  # as its rule read them then

@@ -9,6 +9,7 @@ import lightning as L
 from tensordict import TensorDict
 
 from callbacks.base import RLCallback
+from envs.restored import restored_number
 
 
 class EpsilonDecay(RLCallback):
@@ -58,7 +59,7 @@ class EpsilonDecay(RLCallback):
         return {"episodes": self.episodes}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.episodes = int(state_dict["episodes"])
+        self.episodes = restored_number(state_dict.get("episodes"), "EpsilonDecay.episodes", low=0)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         pl_module.set_epsilon(self.value(pl_module.collected_frames, self.episodes))

@@ -13,6 +13,7 @@ import torch
 from callbacks.compat import add_summary
 from envs import unwrap
 from envs.episodes import play_episodes
+from envs.restored import RestoredStateError, restored_number
 from envs.video import can_render, gif_bytes
 from modules.checks import nonfinite_weights
 from modules.schedule import FrameSchedule
@@ -94,8 +95,12 @@ class PolicyEvaluation(L.Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.schedule.load_state_dict(state_dict)
-        self.best = float(state_dict.get("best", -math.inf))
-        self.history = list(state_dict.get("history", self.history))
+        self.best = restored_number(state_dict.get("best", -math.inf), "PolicyEvaluation.best", integer=False,
+                                    infinite=True)
+        history = state_dict.get("history", self.history)
+        if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
+            raise RestoredStateError("PolicyEvaluation.history is not a list of evaluations")
+        self.history = list(history)
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         """A checkpoint written before the history was the callback's keeps it in the module's state

@@ -12,6 +12,7 @@ from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
 from callbacks.base import RLCallback
+from envs.restored import RestoredStateError, restored_mapping, restored_number, restored_tensor
 from modules.checks import LEARNING_RATE, check_hparams
 from modules.flexibility import fit_outcomes
 from modules.schedule import FrameSchedule
@@ -72,9 +73,23 @@ class FlexibilityUpdate(RLCallback):
         return {**self.schedule.state_dict(), "updates": self.updates, "store": self.store.state_dict()}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.schedule.load_state_dict(state_dict)
-        self.updates = state_dict["updates"]
-        self.store.load_state_dict(state_dict["store"])
+        """Restore :meth:`state_dict`, checked.
+
+        Raises:
+            RestoredStateError: a negative update count, or a store whose fill count or entries do not fit its
+                capacity or are not finite (names the entry)."""
+        state = restored_mapping(state_dict, "FlexibilityUpdate", ("updates", "store"))
+        self.schedule.load_state_dict(state)
+        self.updates = restored_number(state["updates"], "FlexibilityUpdate.updates", low=0)
+        store = restored_mapping(state["store"], "FlexibilityUpdate.store", ("_storage",))
+        storage = restored_mapping(store["_storage"], "FlexibilityUpdate.store._storage", ("_len",))
+        capacity = self.store.storage.max_size
+        restored_number(storage["_len"], "FlexibilityUpdate.store._storage._len", low=0, high=capacity)
+        for key, value in restored_mapping(storage.get("_storage") or {}, "FlexibilityUpdate.store._storage").items():
+            if not isinstance(value, torch.Tensor) or value.dim() < 1 or value.shape[0] != capacity:
+                raise RestoredStateError(f"FlexibilityUpdate.store._storage.{key} is not [{capacity}, ...]")
+            restored_tensor(value[:storage["_len"]], f"FlexibilityUpdate.store._storage.{key}")
+        self.store.load_state_dict(store)
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         """A checkpoint written while this callback was named ``EmbeddingUpdate`` keeps its state under that name:

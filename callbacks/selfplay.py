@@ -13,6 +13,9 @@ from torchrl.envs import ExplorationType, set_exploration_type
 
 from callbacks.base import RLCallback
 from envs import unwrap
+from envs.restored import RestoredStateError, restored_mapping, restored_number, restored_tensor
+from modules.checks import check_loaded_weights
+from modules.loading import weights_difference
 from modules.schedule import FrameSchedule
 
 log = logging.getLogger(__name__)
@@ -91,11 +94,25 @@ class SelfPlay(RLCallback):
                 "generator": self._generator.get_state() if self._generator is not None else None}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.pool = list(state_dict["pool"])
+        """Restore :meth:`state_dict`, checked (the snapshots' weights again, against the policy, at the train start).
+
+        Raises:
+            RestoredStateError: a pool that is not a list of at most ``pool_size`` weight mappings, a ``pick`` that
+                is no index of it, a generator state that is not a torch generator's (names the entry)."""
+        state = restored_mapping(state_dict, "SelfPlay", ("pool",))
+        pool = state["pool"]
+        if not isinstance(pool, list) or len(pool) > self.pool_size or not all(isinstance(p, dict) for p in pool):
+            raise RestoredStateError(f"SelfPlay.pool is not a list of at most {self.pool_size} weight snapshots")
+        pick = state.get("pick")
+        if pick is not None:
+            restored_number(pick, "SelfPlay.pick", low=0, high=len(pool) - 1)
+        generator = state.get("generator")
+        if generator is not None:
+            restored_tensor(generator, "SelfPlay.generator", torch.Generator().get_state())
+        self.pool = list(pool)
         self.schedule.load_state_dict(state_dict)
-        self.active = bool(state_dict.get("active", self.active))
-        self.pick = state_dict.get("pick")
-        self._saved_generator = state_dict.get("generator")
+        self.active = bool(state.get("active", self.active))
+        self.pick, self._saved_generator = pick, generator
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         """A checkpoint written before ``active`` was the callback's keeps it as the data module's ``self_play``:
@@ -124,6 +141,12 @@ class SelfPlay(RLCallback):
         if saved is not None:
             self._generator.set_state(saved)
         self._opponent = SnapshotPlayer(pl_module.collector_policy)
+        shapes = {k: v.shape for k, v in self._opponent.policy.state_dict().items()}
+        for i, snapshot in enumerate(self.pool):  # a checkpoint's snapshots: the policy's weights, finite
+            difference = weights_difference(shapes, snapshot)
+            if difference is not None:
+                raise RestoredStateError(f"SelfPlay.pool[{i}]: {difference}")
+            check_loaded_weights(snapshot, self._opponent.policy)
         if saved is not None and trainer.datamodule.resumed_env:
             # the envs go on with the checkpoint's games and their drawn opponents: only the snapshot is set again
             if self.active and self.pick is not None:

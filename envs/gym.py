@@ -17,86 +17,16 @@ from torchrl.data import TensorSpec, Unbounded
 from torchrl.data.utils import torch_to_numpy_dtype_dict
 from torchrl.envs import EnvBase, GymEnv, ParallelEnv, SerialEnv
 
-from envs.compat import new_tensordict, set_wrapper_generator, wrapped_gym_env
+from envs.compat import new_tensordict, wrapped_gym_env
 from envs.config import EnvConfig
+from envs.gym_state import RESTORABLE_MODULES, restore, snapshot
 from envs.partially_observed import register as register_partially_observed
+from envs.restored import RestoredStateError, restored_mapping, restored_tensor
 
 BACKENDS = ("vector", "serial", "parallel")
-# gymnasium envs whose whole state is plain attributes (numbers, arrays, the np_random generator) on the env and
-# its wrappers, so that a snapshot of those restores the episode in progress exactly
-RESTORABLE_MODULES = ("gymnasium.envs.classic_control.", "gymnasium.envs.toy_text.")
-_SKIP = object()
 
 
 register_partially_observed()  # CartPoleNoVel-v1: gymnasium ids of this project, known wherever envs.gym is imported
-
-def _plain(value: object) -> object:
-    """``value`` as checkpoint data (numbers, strings, None, tensors for numeric arrays, lists of those), or
-    ``_SKIP`` for anything else (spaces, specs, render surfaces...)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
-        return value.item()
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-        return torch.from_numpy(value.copy())
-    if isinstance(value, (tuple, list)):
-        items = [_plain(v) for v in value]
-        return _SKIP if any(i is _SKIP for i in items) else items
-    return _SKIP
-
-
-def _unplain(value: object, current: object) -> object:
-    """The inverse of :func:`_plain`, shaped after the attribute's ``current`` value (array dtype, tuple)."""
-    if isinstance(value, Tensor):
-        return value.numpy().astype(current.dtype) if isinstance(current, np.ndarray) else value.numpy().copy()
-    if isinstance(value, list):
-        same = isinstance(current, (tuple, list)) and len(current) == len(value)
-        parts = list(current) if same else [None] * len(value)
-        items = [_unplain(v, c) for v, c in zip(value, parts, strict=True)]
-        return tuple(items) if isinstance(current, tuple) else items
-    return value
-
-
-def _layers(env: gym.Env | gym.vector.VectorEnv) -> list:
-    """An env and the envs it wraps, outermost first."""
-    layers = [env]
-    while hasattr(layers[-1], "env"):
-        layers.append(layers[-1].env)
-    return layers
-
-
-def snapshot(env: gym.Env | gym.vector.VectorEnv) -> list[dict]:
-    """The plain attributes of ``env`` and every env it wraps (outermost first), and their ``np_random``
-    generators' states (``_np_random``), as checkpoint data (tensors, numbers, strings)."""
-    states = []
-    for layer in _layers(env):
-        state = {k: _plain(v) for k, v in vars(layer).items() if k not in ("_np_random", "_saved_kwargs")}
-        state = {k: v for k, v in state.items() if v is not _SKIP}
-        generator = vars(layer).get("_np_random")
-        if isinstance(generator, np.random.Generator):
-            state["_np_random"] = generator.bit_generator.state
-        states.append(state)
-    return states
-
-
-def restore(env: gym.Env | gym.vector.VectorEnv, states: list[dict]) -> None:
-    """Set the attributes :func:`snapshot` took back on ``env`` and the envs it wraps.
-
-    Raises:
-        ValueError: the snapshot was taken of another stack of wrappers.
-    """
-    layers = _layers(env)
-    if len(layers) != len(states):
-        raise ValueError(f"env state of {len(states)} wrapper layers, this env has {len(layers)}")
-    for layer, state in zip(layers, states, strict=True):
-        for key, value in state.items():
-            if key == "_np_random":
-                generator = np.random.Generator(getattr(np.random, value["bit_generator"])())
-                generator.bit_generator.state = value
-                set_wrapper_generator(layer, generator)
-            else:
-                setattr(layer, key, _unplain(value, getattr(layer, key, None)))
-
 
 @dataclass(eq=False)
 class GymConfig(EnvConfig):
@@ -391,16 +321,32 @@ class GymVectorEnv(EnvBase):
             Whether the state was applied.
 
         Raises:
-            ValueError: the state holds another stack of wrappers.
+            RestoredStateError: a state that is not this env's (another stack of wrappers, other parameters,
+                values of another kind or shape, not finite; see :func:`envs.gym_state.restore`).
         """
-        if not state or state.get("seed") != self._seeded_with or len(state["envs"]) != len(self.vector.envs):
+        if not state:
             return False
-        restore(self.vector, state["vector"])
-        for env, env_state in zip(self.vector.envs, state["envs"], strict=True):
-            restore(env, env_state)
-        self._last = {k: v.to(self.device) for k, v in state["last"].items()}
-        self._fresh = state["fresh"].numpy().copy()
-        self._return = state["return"].cpu().numpy().astype(self._np_reward_dtype)
+        restored_mapping(state, "env state", ("seed", "vector", "envs", "last", "fresh", "return"))
+        if state["seed"] != self._seeded_with or not isinstance(state["envs"], list) or len(state["envs"]) != len(
+                self.vector.envs):
+            return False
+        b = self.batch_size[0]
+        last = restored_mapping(state["last"], "env state.last")
+        spec = self.observation_spec
+        observed = sorted(k for k in spec.keys() if k != "episode_reward")
+        if sorted(last) != observed:
+            raise RestoredStateError(f"env state.last holds {sorted(last)}, this env observes {observed}")
+        last = {k: restored_tensor(v, f"env state.last.{k}", shape=tuple(spec[k].shape), dtype=spec[k].dtype)
+                for k, v in last.items()}
+        fresh = restored_tensor(state["fresh"], "env state.fresh", shape=(b,), dtype=torch.bool)
+        returns = restored_tensor(state["return"], "env state.return", shape=tuple(self._return.shape))
+        self.vector.reset(seed=0)  # every attribute of the envs' state exists, to check the snapshot against (all set)
+        restore(self.vector, state["vector"], "env state.vector")
+        for i, (env, env_state) in enumerate(zip(self.vector.envs, state["envs"], strict=True)):
+            restore(env, env_state, f"env state.envs[{i}]")
+        self._last = {k: v.to(self.device) for k, v in last.items()}
+        self._fresh = fresh.numpy().copy()
+        self._return = returns.cpu().numpy().astype(self._np_reward_dtype)
         self._restored, self._seed = True, None
         return True
 

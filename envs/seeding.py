@@ -18,6 +18,7 @@ from envs import rng
 from envs.checks import Checks
 from envs.compat import get_entry, set_entry
 from envs.episodes import masked_uniform
+from envs.restored import RestoredStateError, restored_mapping, restored_tensor
 
 
 class NewEpisodes(NamedTuple):
@@ -171,11 +172,16 @@ class NativeBatchedEnv(EnvBase):
             tied to those episodes (e.g. cached model predictions) apply.
 
         Raises:
-            ValueError: the state was saved from an env with another batch size.
+            RestoredStateError: the state was saved from an env with another batch size, or holds row seeds or
+                episode positions that are not non-negative int64 ``[B]``.
         """
-        if state["row_seed"].shape != self.row_seed.shape:
-            raise ValueError(f"env state has {state['row_seed'].shape[0]} rows, this env {self.row_seed.shape[0]}")
+        restored_mapping(state, "env state", ("row_seed", "episode"))
+        if not isinstance(state["row_seed"], Tensor) or state["row_seed"].shape != self.row_seed.shape:
+            found = list(state["row_seed"].shape) if isinstance(state["row_seed"], Tensor) else state["row_seed"]
+            raise RestoredStateError(f"env state.row_seed is {found}, this env has {self.row_seed.shape[0]} rows")
+        row_seed = restored_tensor(state["row_seed"], "env state.row_seed", self.row_seed.cpu(), low=0)
+        episode = restored_tensor(state["episode"], "env state.episode", self.episode.cpu(), low=0)
         if not keep_row_seeds:
-            self.row_seed = state["row_seed"].to(self.device)
-        self.episode = state["episode"].to(self.device)
+            self.row_seed = row_seed.to(self.device)
+        self.episode = episode.to(self.device)
         return torch.equal(state["row_seed"].to(self.device), self.row_seed)

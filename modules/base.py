@@ -17,8 +17,9 @@ from torchrl.envs import Transform
 
 from envs import EnvSpecs
 from envs.episodes import episode_results
+from envs.restored import RestoredStateError, restored_mapping, restored_number, restored_torch_rng
 from modules.acting import Acting
-from modules.checks import check_finite
+from modules.checks import check_finite, check_loaded_weights
 from modules.loading import CheckpointLoading
 from modules.metrics import MetricLogging
 from modules.updates import COMPILE_MODES, OptimiserUpdates
@@ -174,19 +175,29 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Restore :meth:`on_save_checkpoint`; each rank takes its own RNG state (rank 0's if fewer), set again by
         :meth:`restore_rng` when the training stream starts (only with a trainer: loading a module alone leaves
-        the global RNG as it is). A module not shaped yet is shaped on the recorded env specs first."""
+        the global RNG as it is). A module not shaped yet is shaped on the recorded env specs first. Everything
+        restored is checked first: the weights finite (:func:`modules.checks.check_loaded_weights`), the counters
+        non-negative integers, the RNG state a torch generator's.
+
+        Raises:
+            RestoredStateError: names the first entry that is not what this module saves."""
         if self.env_specs is None and checkpoint.get("env_specs") is not None:
             self.build_on(EnvSpecs.from_record(checkpoint["env_specs"]))
+        check_loaded_weights(checkpoint.get("state_dict"), self)
         state = checkpoint.get("rl_state")
         if state is None:
             return
-        self.collected_frames = int(state["collected_frames"])
-        self.nonfinite_updates = int(state.get("nonfinite_updates", 0))
-        self.consecutive_nonfinite = int(state.get("consecutive_nonfinite", 0))
+        restored_mapping(state, "rl_state", ("collected_frames", "torch_rng"))
+        self.collected_frames = restored_number(state["collected_frames"], "rl_state.collected_frames", low=0)
+        for name in ("nonfinite_updates", "consecutive_nonfinite"):
+            setattr(self, name, restored_number(state.get(name, 0), f"rl_state.{name}", low=0))
         rank = self.trainer.global_rank if self._trainer is not None else 0
         rngs = state["torch_rng"]
+        if not isinstance(rngs, list) or not rngs:
+            raise RestoredStateError(f"rl_state.torch_rng is {type(rngs).__name__}, not a list of generator states")
         if self._trainer is not None:
-            self._resume_rng = rngs[rank] if rank < len(rngs) else rngs[0]
+            index = rank if rank < len(rngs) else 0
+            self._resume_rng = restored_torch_rng(rngs[index], f"rl_state.torch_rng[{index}]")
             torch.set_rng_state(self._resume_rng)
 
     def restore_rng(self) -> None:

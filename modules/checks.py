@@ -7,6 +7,8 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from envs.restored import RestoredStateError
+
 LEARNING_RATE = "a learning rate in (0, 1]"
 DISCOUNT = "in [0, 1]"
 
@@ -37,12 +39,38 @@ def nonfinite_weights(module: torch.nn.Module) -> list[str]:
     return [k for (k, _), ok in zip(tensors, finite, strict=True) if not ok]
 
 
+def check_loaded_weights(weights: object, module: torch.nn.Module) -> None:
+    """Check a checkpoint's ``state_dict`` before it is loaded into ``module``: tensors, with no nan anywhere and an
+    infinity only where ``module`` holds the same one (e.g. an unbounded action's bound). Shapes and keys are
+    left to ``load_state_dict``, which names them.
+
+    Raises:
+        RestoredStateError: names the first weight that is not a tensor or not finite.
+    """
+    if weights is None:
+        return
+    if not isinstance(weights, dict):
+        raise RestoredStateError(f"state_dict is {type(weights).__name__}, not a mapping of tensors")
+    live = module.state_dict()
+    for key, value in weights.items():
+        if not isinstance(value, Tensor):
+            raise RestoredStateError(f"state_dict.{key} is {type(value).__name__}, not a tensor")
+        if not value.is_floating_point() or bool(torch.isfinite(value).all()):
+            continue
+        own = live.get(key)
+        bad = ~torch.isfinite(value)
+        if not (isinstance(own, Tensor) and own.shape == value.shape and torch.equal(value[bad], own[bad].to(value))):
+            raise RestoredStateError(f"state_dict.{key} holds a nan or an infinity (a trained weight never does)")
+
+
 def check_finite(batch: TensorDict) -> None:
     """Stop on a collected batch whose floating-point entries (observations, rewards) are not all finite: one
     reduction per entry and one read-back per batch.
 
     Raises:
-        RuntimeError: names the first entry with a nan or an infinity (the run stops; its checkpoints are kept).
+        RuntimeError: names the entry the env produced with a nan or an infinity (what the env returns, under
+            ``next``, before what a policy computed from it: a NaN observation makes a NaN action), and the others
+            (the run stops; its checkpoints are kept).
     """
     keys = [k for k, v in batch.items(True, True) if isinstance(v, Tensor) and v.is_floating_point()]
     if not keys:
@@ -50,6 +78,9 @@ def check_finite(batch: TensorDict) -> None:
     finite = torch.stack([torch.isfinite(batch.get(k)).all() for k in keys])
     if bool(finite.all()):
         return
-    bad = keys[int((~finite).nonzero()[0, 0])]
-    raise RuntimeError(f"the env produced a non-finite value in {bad!r} (nan or inf): nothing is trained on it; "
-                       f"the run stops (its checkpoints are kept)")
+    bad = [keys[i] for i in (~finite).nonzero().flatten().tolist()]
+    returned = {k[1:] if len(k) > 2 else k[1] for k in bad if isinstance(k, tuple) and k[0] == "next"}
+    bad.sort(key=lambda k: 0 if isinstance(k, tuple) and k[0] == "next" else 1 if k in returned else 2)
+    others = f" (and in {', '.join(map(repr, bad[1:4]))}{', ...' if len(bad) > 4 else ''})" if len(bad) > 1 else ""
+    raise RuntimeError(f"the env produced a non-finite value in {bad[0]!r} (nan or inf){others}: nothing is trained "
+                       f"on it; the run stops (its checkpoints are kept)")

@@ -5,13 +5,15 @@ against the new release before the pins move."""
 from __future__ import annotations
 
 import torch
+from jsonargparse._common import parsing_settings
 from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import Tensor
 from torch.utils._pytree import tree_map
 
-WRITTEN_FOR = {"torch": "2.13", "lightning": "2.6"}
+WRITTEN_FOR = {"torch": "2.13", "lightning": "2.6", "jsonargparse": "4.53"}
 
-__all__ = ["WRITTEN_FOR", "given_hyperparameters", "lerp_", "optimizer_step_between_hooks", "tree_map"]
+__all__ = ["WRITTEN_FOR", "given_hyperparameters", "import_path_settings", "lerp_", "optimizer_step_between_hooks",
+           "set_import_path_settings", "tree_map"]
 
 
 def given_hyperparameters() -> dict | None:
@@ -31,3 +33,14 @@ def optimizer_step_between_hooks(optimizer) -> None:
     optimizer._on_before_step()
     optimizer.optimizer.step()
     optimizer._on_after_step()
+
+
+def import_path_settings() -> tuple[dict, bool]:
+    """jsonargparse's process-wide import-path policy as it is now: its verdicts (``{entry: allowed}``) and whether
+    they are enforced (its ``parsing_settings``; ``set_parsing_settings`` only adds entries, it has no getter)."""
+    return dict(parsing_settings["import_path_verdicts"]), bool(parsing_settings["import_paths_enforced"])
+
+
+def set_import_path_settings(settings: tuple[dict, bool]) -> None:
+    """Put back the import-path policy :func:`import_path_settings` read."""
+    parsing_settings["import_path_verdicts"], parsing_settings["import_paths_enforced"] = dict(settings[0]), settings[1]

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from torchrl.envs import MultiStepTransform
 
 from envs import EnvSpecs
+from envs.restored import restored_number
 from modules.base import RLModule
 from modules.checks import DISCOUNT, LEARNING_RATE, check_hparams
 from modules.compatibility import (
@@ -212,7 +213,7 @@ class DQNModule(RLModule):
         super().on_load_checkpoint(checkpoint)
         counter = checkpoint.get("rl_state", {}).get("target_counter")
         if counter is not None:  # Lightning builds the model (configure_model) before restoring it
-            self.target.counter = int(counter)
+            self.target.counter = restored_number(counter, "rl_state.target_counter", low=0)
 
     def configure_optimizers(self):
         # fused: one kernel for all parameters (on CPU about 1 ms less per step for a 2 x 256 MLP)

@@ -1,16 +1,34 @@
 """A trained module rebuilt from its checkpoint alone: the constructor arguments (and the networks' config) kept
-as hyper-parameters, and a ``load_from_checkpoint`` that reads weights only and imports nothing the checkpoint
-names outside this package or the modules already imported."""
+as hyper-parameters, and a ``load_from_checkpoint`` that reads weights only and builds only what the import policy
+(:mod:`modules.import_policy`) allows; :func:`read_checkpoint`, the one reader of checkpoint files."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import sys
+import os
+from collections.abc import Callable
 
 import torch
+from torch import Tensor, nn
 
 from modules.compat import given_hyperparameters
+from modules.import_policy import check_named_objects, enforced
+
+
+def read_checkpoint(path: str | os.PathLike, what: str) -> object:
+    """``torch.load(path, weights_only=True)`` on the CPU: tensors and plain data, nothing in the file runs.
+
+    Raises:
+        ValueError: the file is truncated, corrupt, or holds objects other than tensors and plain data (names
+            ``what`` and the file).
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated, random bytes, or a pickled object other than tensors and plain data
+        raise ValueError(f"{what} {str(path)!r} is not a readable checkpoint: truncated, corrupt, or holding objects "
+                         f"other than tensors and plain data (weights-only loading refused it: "
+                         f"{type(err).__name__})") from None
 
 
 class CheckpointLoading:
@@ -30,29 +48,34 @@ class CheckpointLoading:
         """A trained module from its checkpoint alone (``<Module>.load_from_checkpoint(".../last.ckpt")``): the
         constructor arguments and the networks' config from ``hyper_parameters``, the networks shaped on the
         env specs the checkpoint records (no env is built), then the weights; in eval mode. The file is read with
-        ``weights_only=True`` (tensors and plain data: nothing in it runs), and every ``class_path`` it names
-        must be a class of this package (``modules``) or of a module imported already (as Lightning requires of
-        the module's own class). Called on a base class (``RLModule.load_from_checkpoint``), it builds the
-        subclass the checkpoint was trained with.
+        ``weights_only=True`` (tensors and plain data: nothing in it runs), and every object its hyper-parameters
+        name (class paths at any depth, callables and classes given by name, Lightning's ``_instantiator``) must be
+        allowed by the import policy (:func:`modules.import_policy.check_named_objects`, before anything is built;
+        the policy is also enforced while jsonargparse builds, and the process's own settings are restored after).
+        Called on a base class (``RLModule.load_from_checkpoint``), it builds the subclass the checkpoint was
+        trained with. ``hparams_file`` is not taken (the checkpoint records the config).
 
         Raises:
-            ValueError: a class path of a module not imported, or a checkpoint without the networks' config (a
-                module built in Python rather than by ``pipelines.fit``: build it and use ``load_state_dict``).
+            ValueError: an unreadable file or one that is no training checkpoint; a name the policy refuses (the
+                key, its value and why); an ``hparams_file``; a checkpoint without the networks' config (a module
+                built in Python rather than by ``pipelines.fit``: build it and use ``load_state_dict``).
         """
-        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-        hparams = checkpoint.get("hyper_parameters", {})
-        for path in _class_paths(hparams):
-            module_name = path.rpartition(".")[0]
-            if module_name.split(".")[0] == __name__.split(".")[0]:  # this package's own code
-                importlib.import_module(module_name)
-            elif module_name not in sys.modules:
-                raise ValueError(f"{checkpoint_path}: class path {path!r} is not of an imported module (import it "
-                                 f"first if you trust this checkpoint)")
+        if hparams_file is not None:
+            raise ValueError(f"{checkpoint_path}: hparams_file is not taken (a checkpoint of pipelines.fit records its "
+                             f"module's config; pass changed arguments as keywords)")
+        checkpoint = read_checkpoint(checkpoint_path, "checkpoint")
+        hparams = checkpoint.get("hyper_parameters", {}) if isinstance(checkpoint, dict) else None
+        if not isinstance(hparams, dict) or "state_dict" not in checkpoint:
+            raise ValueError(f"{checkpoint_path!r} is not a training checkpoint of pipelines.fit (no state_dict or "
+                             f"hyper_parameters)")
+        try:
+            check_named_objects(hparams, "hyper_parameters")
+        except ValueError as err:
+            raise ValueError(f"{checkpoint_path}: {err}") from None
         for old, new in getattr(cls, "RENAMED_HPARAMS", {}).items():  # a checkpoint saved before a rename
             if old in hparams and new not in hparams and new not in kwargs:
                 kwargs[new] = hparams[old]
-        module_name, _, name = str(hparams.get("_class_path", "")).rpartition(".")
-        trained = getattr(sys.modules.get(module_name), name, None)
+        trained = _trained_class(str(hparams.get("_class_path", "")), checkpoint_path)
         if isinstance(trained, type) and trained is not cls and issubclass(trained, cls):  # e.g. RLModule.load_...
             return trained.load_from_checkpoint(checkpoint_path, map_location, hparams_file, strict, **kwargs)
         missing = [name for name, p in inspect.signature(cls.__init__).parameters.items()
@@ -61,19 +84,73 @@ class CheckpointLoading:
         if missing:
             raise ValueError(f"{checkpoint_path} records no config for {missing} (the module was not built by "
                              f"pipelines.fit): build the module and load the weights with load_state_dict")
-        module = super().load_from_checkpoint(checkpoint_path, map_location=map_location, hparams_file=hparams_file,
-                                              strict=strict, weights_only=True, **kwargs)
+        try:
+            with enforced():  # what jsonargparse builds from the hyper-parameters (Lightning's instantiator)
+                module = super().load_from_checkpoint(checkpoint_path, map_location=map_location, strict=strict,
+                                                      weights_only=True, **kwargs)
+        except Exception as err:
+            refused = _import_refusal(err)
+            if refused is None:
+                raise
+            raise ValueError(f"{checkpoint_path}: {refused}") from None
         for name in set(hparams) - set(module.hparams) - set(kwargs):  # the networks' config, for the next save
             if not name.startswith("_") and name not in getattr(cls, "RENAMED_HPARAMS", {}):
                 module.hparams[name] = hparams[name]
         return module.eval()
 
 
-def _class_paths(value) -> list[str]:
-    """Every ``class_path`` / ``_class_path`` string in a nested config."""
-    if isinstance(value, dict):
-        own = [v for k, v in value.items() if k in ("class_path", "_class_path") and isinstance(v, str)]
-        return own + [p for v in value.values() for p in _class_paths(v)]
-    if isinstance(value, (list, tuple)):
-        return [p for v in value for p in _class_paths(v)]
-    return []
+def _trained_class(class_path: str, checkpoint_path) -> type | None:
+    """The class ``class_path`` (allowed by the import policy: checked before), imported; None for no path.
+
+    Raises:
+        ValueError: no such class.
+    """
+    module_name, _, name = class_path.rpartition(".")
+    if not module_name:
+        return None
+    try:
+        found = getattr(importlib.import_module(module_name), name, None)
+    except ImportError:
+        found = None
+    if not isinstance(found, type):
+        raise ValueError(f"{checkpoint_path}: hyper_parameters._class_path={class_path!r} is no class here")
+    return found
+
+
+def _import_refusal(err: BaseException) -> str | None:
+    """jsonargparse's refusal of an import path somewhere in ``err``'s chain of causes (its ``ImportDenied``, an
+    ``ImportError`` that is a ``ValueError``), in one line, or None."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, ImportError) and isinstance(err, ValueError):
+            return " ".join(str(err).split())
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def meta_shapes(build: Callable[[], nn.Module]) -> dict[str, torch.Size] | None:
+    """The shapes of the ``state_dict`` of the module ``build()`` makes, built on torch's ``meta`` device: no
+    memory is taken and the random streams are left as they were, so a file or config asking for sizes that cannot
+    fit is told before anything is allocated. None when the module cannot be built that way (a constructor that
+    reads values back, for instance): then nothing can be said in advance.
+    """
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            module = build()
+    except Exception:  # (meta tensors have no values: a constructor that reads one cannot be built this way)
+        return None
+    return {key: value.shape for key, value in module.state_dict().items()}
+
+
+def weights_difference(shapes: dict[str, torch.Size], weights: dict[str, Tensor]) -> str | None:
+    """The first difference between the ``state_dict`` shapes a module would have (:func:`meta_shapes`) and the
+    ``weights`` a file holds (a key missing on either side, or another shape), or None when they fit."""
+    for key, shape in shapes.items():
+        if key not in weights:
+            return f"no weights for {key}"
+        if not isinstance(weights[key], Tensor) or weights[key].shape != shape:
+            found = list(weights[key].shape) if isinstance(weights[key], Tensor) else type(weights[key]).__name__
+            return f"{key} is {found} in the file, the config's network needs {list(shape)}"
+    extra = sorted(set(weights) - set(shapes))
+    return f"weights {extra[:3]} have no place in the config's network" if extra else None

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from envs.restored import RestoredStateError, restored_tensor
 from modules.policy import TensorPolicy
 
 EPSILON = 1e-8  # VecNormalize's epsilon, under every variance
@@ -36,8 +37,16 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("shift", torch.zeros(shape), persistent=False)
         self.register_buffer("scale", torch.ones(shape), persistent=False)
 
-    def _load_from_state_dict(self, *args, **kwargs) -> None:
-        super()._load_from_state_dict(*args, **kwargs)
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """Load the statistics, checked first (a variance below 0 or a nan would make every standardised value nan).
+
+        Raises:
+            RestoredStateError: a mean that is not finite, a variance that is negative or not finite, a count that
+                is not positive (names the entry)."""
+        for name, low in (("mean", None), ("var", 0.0), ("count", 1e-300)):
+            if prefix + name in state_dict:
+                restored_tensor(state_dict[prefix + name], f"state_dict.{prefix}{name}", getattr(self, name), low=low)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self._refresh()
 
     def _refresh(self) -> None:
@@ -152,9 +161,22 @@ class RewardNormalizer(nn.Module):
 
     def load_returns(self, saved: list[Tensor | None] | None, rank: int) -> None:
         """Take rank ``rank``'s returns in progress of :meth:`gather_returns`'s list (rank 0's where it has fewer);
-        nothing for None."""
-        if saved:
-            self.returns = saved[rank] if rank < len(saved) else saved[0]
+        nothing for None.
+
+        Raises:
+            RestoredStateError: an entry that is not a float64 vector of finite returns (names it)."""
+        if not saved:
+            return
+        if not isinstance(saved, list):
+            raise RestoredStateError(f"rl_state.reward_returns is {type(saved).__name__}, not a list")
+        index = rank if rank < len(saved) else 0
+        returns = saved[index]
+        if returns is not None:
+            key = f"rl_state.reward_returns[{index}]"
+            if not isinstance(returns, Tensor) or returns.dim() != 1:
+                raise RestoredStateError(f"{key} is not a vector of returns")
+            returns = restored_tensor(returns, key, dtype=torch.float64)
+        self.returns = returns
 
 
 class VecNormalization(nn.Module):

@@ -17,6 +17,7 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from envs.restored import restored_mapping, restored_number
 from modules.base import RLModule
 from modules.checks import LEARNING_RATE, check_hparams
 from modules.routing import Rollout, RoutingPolicy
@@ -160,6 +161,9 @@ class REINFORCEModule(RLModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
-        state = checkpoint.get("reinforce_state", {})
-        self.evaluation_schedule.next_frames = int(state.get("next_eval_frames", self.evaluation_schedule.next_frames))
-        self.baseline_updates = int(state.get("baseline_updates", self.baseline_updates))
+        state = restored_mapping(checkpoint.get("reinforce_state", {}), "reinforce_state")
+        self.evaluation_schedule.next_frames = restored_number(
+            state.get("next_eval_frames", self.evaluation_schedule.next_frames), "reinforce_state.next_eval_frames",
+            low=0)
+        self.baseline_updates = restored_number(state.get("baseline_updates", self.baseline_updates),
+                                                "reinforce_state.baseline_updates", low=0)

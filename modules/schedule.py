@@ -3,6 +3,8 @@ counter."""
 
 from __future__ import annotations
 
+from envs.restored import restored_mapping, restored_number
+
 
 class FrameSchedule:
     """Due once each time the collected-frame counter reaches the next multiple of ``every_n_frames`` (a batch
@@ -34,4 +36,9 @@ class FrameSchedule:
         return {"next_frames": self.next_frames}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.next_frames = int(state_dict["next_frames"])
+        """Restore :meth:`state_dict`.
+
+        Raises:
+            RestoredStateError: ``next_frames`` is not a positive integer."""
+        state = restored_mapping(state_dict, "schedule state", ("next_frames",))
+        self.next_frames = restored_number(state["next_frames"], "schedule state.next_frames", low=1)

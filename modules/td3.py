@@ -18,6 +18,7 @@ from torchrl.data import Bounded
 from torchrl.envs.utils import ExplorationType, exploration_type
 
 from envs import EnvSpecs
+from envs.restored import restored_number
 from modules.base import RLModule
 from modules.checks import DISCOUNT, LEARNING_RATE, check_hparams
 from modules.compatibility import check_sizes, class_path, require_action_kind, require_bounded, require_keys
@@ -258,7 +259,8 @@ class TD3Module(RLModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
-        self.critic_updates = int(checkpoint.get("rl_state", {}).get("critic_updates", 0))
+        self.critic_updates = restored_number(checkpoint.get("rl_state", {}).get("critic_updates", 0),
+                                              "rl_state.critic_updates", low=0)
 
     def configure_optimizers(self):
         h = self.hparams

@@ -1,5 +1,5 @@
 """Checkpoint files: writing them atomically (:class:`AtomicCheckpointIO`), checking one before a resume, the run
-configs a checkpoint belongs to, and reading one back (:func:`read_checkpoint`, plain data only). The learned models
+configs a checkpoint belongs to (read by :func:`modules.loading.read_checkpoint`, plain data only). The learned models
 an env needs are built and read from their checkpoint files by :mod:`pipelines.env_models`."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import torch
 import yaml
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from pipelines.import_policy import PROJECT_PACKAGES
-from pipelines.parser import check_config_inputs
+from modules.import_policy import PROJECT_PACKAGES
+from modules.loading import read_checkpoint
+from pipelines.config_files import check_config_inputs
 from pipelines.renamed import upgrade_config
 from pipelines.settings import MISSING, settings_diff
 
@@ -195,28 +196,14 @@ def _frames(checkpoint: dict) -> int | None:
     return int(frames) if isinstance(frames, int) else None
 
 
-def read_checkpoint(path: str, what: str) -> object:
-    """``torch.load(path, weights_only=True)`` on the CPU.
-
-    Raises:
-        ValueError: the file is truncated, corrupt, or holds objects other than tensors and plain data (names
-            ``what`` and the file).
-    """
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # truncated, random bytes, or a pickled object other than tensors and plain data
-        raise ValueError(f"{what} {path!r} is not a readable checkpoint: truncated, corrupt, or holding objects "
-                         f"other than tensors and plain data (weights-only loading refused it: "
-                         f"{type(err).__name__})") from None
-
-
-def weights_mismatch(err: BaseException, path: str) -> ValueError | None:
+def weights_mismatch(err: BaseException, path: str, what: str = "--ckpt_path") -> ValueError | None:
     """The message for loading ``path``'s weights into networks of another shape (torch's ``load_state_dict``
-    ``RuntimeError``), or None for any other error."""
+    ``RuntimeError``), or None for any other error. ``what``: the file's role in the message."""
     if not isinstance(err, RuntimeError) or not str(err).startswith("Error(s) in loading state_dict"):
         return None
     detail = " ".join(str(err).split())[:200]
-    return ValueError(f"--ckpt_path={path!r}: its weights do not fit this config's networks (was it trained with "
+    named = f"{what}={path!r}" if what.startswith("--") else f"{what} {path!r}"
+    return ValueError(f"{named}: its weights do not fit this config's networks (was it trained with "
                       f"another config?): {detail}")
 
 

@@ -4,13 +4,13 @@ against the new release before the pins move."""
 
 from __future__ import annotations
 
-from jsonargparse._common import debug_mode_active, denying_import_path_entry
+from jsonargparse._common import debug_mode_active
 from tensordict import TensorDict
 
 WRITTEN_FOR = {"jsonargparse": "4.53", "lightning": "2.6", "torchrl": "0.14", "ray": "2.60"}
 
 __all__ = ["WRITTEN_FOR", "collector_carry", "ddp_finds_unused_parameters", "debug_mode_active",
-           "denying_import_path_entry", "ray_actor_state", "set_collector_carry", "set_logger_purge_step",
+           "ray_actor_state", "set_collector_carry", "set_logger_purge_step",
            "set_transform_buffer", "transform_buffer"]
 
 

@@ -63,10 +63,13 @@ def probe_specs(data: RLDataModule) -> EnvSpecs:
             env.close()
 
 
-def check_env_fit(model: RLModule, data: RLDataModule) -> None:
+def check_env_fit(model: RLModule, data: RLDataModule) -> EnvSpecs | None:
     """Check that ``model`` can train on ``data``'s env, before any work: :meth:`RLModule.check_env` on
     :func:`probe_specs`. A module that checks nothing (the base's ``check_env``, e.g. REINFORCE on whole problems)
     builds no probe env.
+
+    Returns:
+        The probe env's specs (None where none was built).
 
     Raises:
         ValueError: the module's one-line message naming the config key and both sides (e.g.
@@ -74,8 +77,10 @@ def check_env_fit(model: RLModule, data: RLDataModule) -> None:
             remove num_actions to take it from the env``).
     """
     if type(model).check_env is RLModule.check_env:
-        return
-    model.check_env(probe_specs(data))
+        return None
+    specs = probe_specs(data)
+    model.check_env(specs)
+    return specs
 
 
 def check_data_fit(model: RLModule, data: RLDataModule) -> None:

@@ -3,7 +3,9 @@ TorchRL's log lines are written through the progress bar, and a finished run end
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 import sys
 import time
@@ -109,6 +111,25 @@ def _duration(seconds: float) -> str:
     minutes, s = divmod(int(round(seconds)), 60)
     hours, m = divmod(minutes, 60)
     return f"{hours} h {m} min {s} s" if hours else f"{m} min {s} s" if m else f"{seconds:.1f} s"
+
+
+def json_line(value) -> tuple[str, list[str]]:
+    """``value`` (nested dicts and lists of numbers) as one line of strict JSON, a nan or an infinity written as
+    ``null`` (``NaN`` is no JSON), and the dotted keys of those entries (a caller ends with a non-zero status then:
+    no NaN result with exit 0)."""
+    bad: list[str] = []
+
+    def clean(node, key: str):
+        if isinstance(node, float) and not math.isfinite(node):
+            bad.append(key or "(the value)")
+            return None
+        if isinstance(node, dict):
+            return {k: clean(v, f"{key}.{k}" if key else str(k)) for k, v in node.items()}
+        if isinstance(node, (list, tuple)):
+            return [clean(v, f"{key}[{i}]") for i, v in enumerate(node)]
+        return node
+
+    return json.dumps(clean(value, ""), allow_nan=False), bad
 
 
 def rounded(value, digits: int = 6):

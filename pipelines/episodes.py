@@ -17,6 +17,7 @@ from jsonargparse.typing import PositiveInt
 from tensordict import TensorDict
 
 from envs import rng
+from envs.restored import restored_number
 from envs.vrptw.config import VRPTWConfig
 from pipelines.data import RLDataModule
 
@@ -95,4 +96,4 @@ class EpisodeDataModule(RLDataModule):
         return {"batch_index": self.batch_index}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.batch_index = int(state_dict.get("batch_index", 0))
+        self.batch_index = restored_number(state_dict.get("batch_index", 0), "EpisodeDataModule.batch_index", low=0)

@@ -57,7 +57,7 @@ import torch  # noqa: E402
 from envs import EnvConfig  # noqa: E402
 from envs.video import FORMATS  # noqa: E402
 from modules.base import RLModule  # noqa: E402
-from pipelines.console import rounded  # noqa: E402
+from pipelines.console import json_line, rounded  # noqa: E402
 from pipelines.data import RLDataModule  # noqa: E402
 from pipelines.export import resolve_device  # noqa: E402
 from pipelines.parser import config_exit  # noqa: E402
@@ -226,8 +226,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     Raises:
         SystemExit: 2, for a wrong option, config, checkpoint or ``--device``, or an existing ``--routes_out`` or
-            ``--video`` (one line on stderr, before any episode is played); 1 when the video cannot be written (after
-            the tables and the JSON line).
+            ``--video`` (one line on stderr, before any episode is played); 1 when the video cannot be written, or
+            when a result is not a finite number (after the tables and the JSON line, where it is ``null``).
     """
     parser = _parser()
     args, overrides = parse_with_fit_keys(parser, argv, FIT_KEYS[:4])
@@ -250,10 +250,14 @@ def main(argv: list[str] | None = None) -> dict:
             write_routes(args.routes_out, name, results[name]["plans"])
     failed = write_video_of(args, policies[name], settings, device) if args.video is not None else None
     table = rounded(table)
-    print(json.dumps(table))
+    line, nonfinite = json_line(table)
+    print(line)
     sys.stdout.flush()
+    if nonfinite:  # (null in the JSON line): a result that is no number is no result
+        print(f"error: results that are not finite numbers: {', '.join(nonfinite[:5])}", file=sys.stderr)
     if failed:
         print(failed, file=sys.stderr)
+    if failed or nonfinite:
         raise SystemExit(1)
     return table
 

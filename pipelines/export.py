@@ -29,7 +29,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import secrets
 import signal
 import sys
 import threading
@@ -39,12 +38,11 @@ import torch
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from modules.base import RLModule
-from pipelines.checkpoints import read_checkpoint
+from modules.loading import read_checkpoint
+from pipelines.published_files import STOP_SIGNALS, new_temporary, publish, remove_stale, sync_file
 from pipelines.run_config import CommandParser
 
 SUFFIX = {"torchscript": ".pt", "onnx": ".onnx"}
-# the stop signals, held back while the two files are renamed
-_STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 # torch 2.13's default ONNX exporter (torch.export-based) needs onnxscript besides onnx; the TorchScript-based
 # one exports the traced policies here (tests/pipelines/test_export.py runs them in onnxruntime)
 warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
@@ -101,7 +99,8 @@ def export(ckpt_path: str, fmt: str, out: str, batch_size: int = 1, device: str 
     one after the other with the stop signals (SIGINT, SIGTERM, SIGHUP) held back in between (in the main thread),
     and removed on any error, so an interrupted export leaves both files complete or neither. (A process killed
     outright, or stopped by a signal that has no Python handler while the files are written, may leave its
-    temporary files, ``.<name>.<random>.tmp``; they never block another export.)
+    temporary files, ``.<name>.<random>.tmp``; they never block another export, and the next export of the same
+    name removes them: each export holds a lock on its own temporary files, so only those of no running export go.)
 
     Returns:
         The description (also written).
@@ -133,20 +132,26 @@ def export(ckpt_path: str, fmt: str, out: str, batch_size: int = 1, device: str 
     folder = os.path.dirname(os.path.abspath(out))
     os.makedirs(folder, exist_ok=True)
     temps: list[str] = []
+    locks: list[int] = []
+    remove_stale(folder, os.path.basename(out))
     try:
         for _ in range(2):
-            temps.append(_new_temporary(folder, os.path.basename(out)))
+            path, lock = new_temporary(folder, os.path.basename(out))
+            temps.append(path)
+            locks.append(lock)
         outputs, output_names = _write(policy, inputs, keys, fmt, temps[0])
         description = _describe(module, ckpt_path, fmt, out, keys, inputs, outputs, output_names, target)
         with open(temps[1], "w") as f:
             json.dump(description, f, indent=1)
         for temp in temps:
-            _sync(temp)
-        _publish(temps, [out, out + ".json"])
+            sync_file(temp)
+        publish(temps, [out, out + ".json"])
     finally:
         for temp in temps:
             with contextlib.suppress(OSError):
                 os.remove(temp)
+        for lock in locks:
+            os.close(lock)
     return description
 
 
@@ -158,6 +163,9 @@ def _write(policy: torch.nn.Module, inputs: tuple, keys: list, fmt: str, path: s
         outputs = policy(*inputs)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
         output_names = ["action", *(f"next.{_name(k)}" for k in keys[2:len(outputs) + 1])]
+        for name, output in zip(output_names, outputs, strict=True):
+            if output.is_floating_point() and not bool(torch.isfinite(output).all()):
+                raise ValueError(f"the policy's {name} on the example input is not finite: nothing exported")
         if fmt == "torchscript":
             torch.jit.save(torch.jit.trace(policy, inputs), path)
         else:
@@ -182,49 +190,6 @@ def _describe(module: RLModule, ckpt_path: str, fmt: str, out: str, keys: list, 
         "policy": f"{type(module).__module__}.{type(module).__name__} (deterministic)",
         "checkpoint": os.path.abspath(ckpt_path), "frames": module.collected_frames, "device": str(device),
     }
-
-
-def _new_temporary(folder: str, name: str) -> str:
-    """A new empty file ``<folder>/.<name>.<random>.tmp``, with the permissions a new file gets here (the umask's:
-    ``tempfile.mkstemp`` would make it private to its owner)."""
-    while True:
-        path = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
-        try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            return path
-        except FileExistsError:
-            continue
-
-
-def _sync(path: str) -> None:
-    """Flush a written file to disk (before it is renamed into place)."""
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())
-
-
-def _publish(temps: list[str], targets: list[str]) -> None:
-    """Rename each of ``temps`` over its target (``os.replace``, atomic in one folder; the JSON last), then sync the
-    folder. Called in the main thread, it holds the stop signals back meanwhile (their handlers only note them,
-    whichever thread the kernel hands them to) and raises the first one noted afterwards, so that it takes effect
-    after both renames."""
-    held: list[int] = []
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in _STOP_SIGNALS}
-    try:
-        for temp, target in zip(temps, targets, strict=True):
-            os.replace(temp, target)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-    with contextlib.suppress(OSError):  # the new names reach the disk
-        fd = os.open(os.path.dirname(os.path.abspath(targets[0])), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    if held:
-        signal.raise_signal(held[0])
 
 
 def default_out(ckpt_path: str, fmt: str) -> str:
@@ -269,7 +234,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = args.out or default_out(args.ckpt_path, args.format)
     previous = {}
     if threading.current_thread() is threading.main_thread():  # a signal ends the export through its clean-up
-        previous = {s: signal.signal(s, _raise_stopped) for s in _STOP_SIGNALS}
+        previous = {s: signal.signal(s, _raise_stopped) for s in STOP_SIGNALS}
     try:
         description = export(args.ckpt_path, args.format, out, args.batch_size, args.device)
     except (ValueError, NotImplementedError, ImportError) as err:

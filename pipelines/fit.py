@@ -5,8 +5,8 @@ LightningCLI over ``model`` (an ``RLModule`` subclass), ``data`` (an ``RLDataMod
 when the checkpoint is in it: :func:`pipelines.run_config.resume_in_place`), or continues a finished one up to a
 larger ``data.total_frames`` (the budget is the only one: :func:`pipelines.run_config.frames_budget`). The resolved
 config is saved in the run folder. Before anything is built or written, the config's files are bounded
-(:func:`pipelines.parser.check_config_inputs`), what it names is checked against the import policy
-(:mod:`pipelines.import_policy`), and the env against the algorithm (:func:`pipelines.compatibility.check_env_fit`);
+(:func:`pipelines.config_files.check_config_inputs`), what it names is checked against the import policy
+(:mod:`modules.import_policy`), and the env against the algorithm (:func:`pipelines.compatibility.check_env_fit`);
 a user error is one line on stderr, exit status 2 (:class:`pipelines.parser.FitArgumentParser`). A full disk or a
 run folder it cannot write ends the run with one line, exit status 1.
 ``num_threads``, ``float32_matmul_precision`` and ``flush_denormal`` are applied here, once, before anything is built.
@@ -14,16 +14,17 @@ run folder it cannot write ends the run with one line, exit status 1.
 A run that stops early ends with a non-zero exit status and its rollout workers stopped: 130 after SIGINT (Ctrl+C:
 training stops before the next collection, writing ``last.ckpt`` when the config's ``ModelCheckpoint`` has
 ``save_last``; a second Ctrl+C stops it at once), 143 after SIGTERM (the same), 1 after an error (a worker that died
-or stalled names itself in the error). A signal arms a last-resort deadline: a run still alive
-:data:`pipelines.stop_signals.STOP_GRACE_S` seconds after it (e.g. inside one very long collection) prints every
-thread's stack and exits with status 1. Checkpoints written before are kept intact
+or stalled names itself in the error). A signal before training starts (while the envs, the collector or a
+checkpoint are being built: nothing to save yet) stops the run at once. A signal arms a last-resort deadline: a run
+still alive :data:`pipelines.stop_signals.STOP_GRACE_S` seconds after it (e.g. inside one very long collection)
+prints every thread's stack and exits with status 1. A fit started by ``pipelines.seeds`` stops when that command
+dies, even by SIGKILL (:func:`pipelines.stop_signals.die_with_parent`). Checkpoints written before are kept intact
 (:class:`pipelines.checkpoints.AtomicCheckpointIO` writes each to a temporary file in its folder and renames it).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -45,15 +46,18 @@ from lightning.pytorch.cli import LightningCLI  # noqa: E402
 from lightning.pytorch.trainer.states import TrainerStatus  # noqa: E402
 from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E402
 
+from envs.restored import RestoredStateError  # noqa: E402
 from modules.base import RLModule  # noqa: E402
+from modules.import_policy import HELP as IMPORT_HELP  # noqa: E402
+from modules.import_policy import check_env_ids, restrict_class_paths  # noqa: E402
 from pipelines.catalogue import catalogue  # noqa: E402
 from pipelines.checkpoints import IDENTITY_KEYS, check_resume_checkpoint, weights_mismatch  # noqa: E402
 from pipelines.compatibility import check_data_fit, check_env_fit, check_strategy_fit  # noqa: E402
+from pipelines.config_files import check_config_inputs  # noqa: E402
 from pipelines.console import quiet_console, run_summary  # noqa: E402
 from pipelines.data import RLDataModule, StopRequested  # noqa: E402
-from pipelines.import_policy import HELP as IMPORT_HELP  # noqa: E402
-from pipelines.import_policy import check_env_ids, restrict_class_paths  # noqa: E402
-from pipelines.parser import FitArgumentParser, check_config_inputs, config_error, config_exit, one_line  # noqa: E402
+from pipelines.memory_check import allocation_failure, check_memory  # noqa: E402
+from pipelines.parser import FitArgumentParser, config_error, config_exit  # noqa: E402
 from pipelines.run_config import (  # noqa: E402
     add_default_callbacks,
     frames_budget,
@@ -62,7 +66,7 @@ from pipelines.run_config import (  # noqa: E402
     share_seed,
 )
 from pipelines.run_folder import OutputExists, RecordConfig, continue_in_folder, plain_config, write_error  # noqa: E402
-from pipelines.stop_signals import on_stop_signal, stopped  # noqa: E402
+from pipelines.stop_signals import die_with_parent, on_stop_signal, stopped  # noqa: E402
 
 # what every run config shares (the trainer block, the progress bar, the non-finite guard, atomic checkpoints), read
 # before the run's own config
@@ -75,7 +79,7 @@ warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual opt
 class FitCLI(LightningCLI):
     """LightningCLI without subcommands, plus ``--ckpt_path``, ``--num_threads``, ``--float32_matmul_precision``
     and ``--flush_denormal``. Class paths are checked by name before anything is imported
-    (:mod:`pipelines.import_policy`); ``--help`` says which packages are allowed.
+    (:mod:`modules.import_policy`); ``--help`` says which packages are allowed.
 
     Raises:
         SystemExit: 2, for a malformed ``RLPIPE_ALLOW_IMPORTS``.
@@ -171,24 +175,28 @@ class FitCLI(LightningCLI):
         traceback, nothing written.
 
         Then, still before anything is written: the device options, the env against the algorithm
-        (:func:`pipelines.compatibility.check_env_fit`), the data path against the algorithm
+        (:func:`pipelines.compatibility.check_env_fit`), the sizes against the machine's memory
+        (:func:`pipelines.memory_check.check_memory`), the data path against the algorithm
         (:func:`~pipelines.compatibility.check_data_fit`) and, for a run that trains, the budget
         (``RLDataModule.check_budget``).
 
         Raises:
-            SystemExit: 2, for a ``ValueError`` or ``FileNotFoundError`` raised by this project's code, or Lightning's
-                ``MisconfigurationException``.
+            SystemExit: 2, for a ``ValueError`` or ``FileNotFoundError`` raised by this project's code, Lightning's
+                ``MisconfigurationException``, or an allocation that failed while the objects were built.
         """
         try:
             super().instantiate_classes()
             self.datamodule.check_device(self.datamodule.device or self.trainer.strategy.root_device)
-            check_env_fit(self.model, self.datamodule)  # env <-> algorithm, before anything is written
+            specs = check_env_fit(self.model, self.datamodule)  # env <-> algorithm, before anything is written
+            check_memory(self.model, self.datamodule, specs)  # networks, batches and buffer that cannot fit
             check_data_fit(self.model, self.datamodule)  # data path <-> algorithm
             check_strategy_fit(self.model, self.trainer.strategy)  # DDP <-> the algorithm's updates
             if self.trains:
                 self.datamodule.check_budget(self.trainer.world_size)
         except Exception as err:
             rejected = config_error(err)
+            if rejected is None and allocation_failure(err) is not None:  # (a constructor's, e.g. a routing policy's)
+                rejected = ValueError(allocation_failure(err))
             if rejected is None:
                 raise
             config_exit(rejected)
@@ -198,49 +206,17 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultHelpFormatter)
     """jsonargparse's help, with the epilog's lines kept (the catalogue is one entry per line)."""
 
 
-class _ParseOnlyCLI(FitCLI):
-    """``pipelines.fit``'s command line, parsed and checked by its own parser (every key, type and class path),
-    with nothing seeded, built or written."""
-
-    def _set_seed(self) -> None:
-        pass
-
-    def before_instantiate_classes(self) -> None:
-        pass
-
-    def instantiate_classes(self) -> None:
-        pass
-
-
-def fit_settings(args: list[str], drop: tuple[str, ...] = ()) -> dict:
-    """The settings ``pipelines.fit <args>`` runs with, resolved by its own parser without building anything: the
-    config files' contents merged, the overrides applied and every default filled in, as plain data (what the run's
-    ``config.yaml`` holds before ``pipelines.fit`` adds its per-run entries), less the dotted keys in ``drop``.
-
-    This is what tells two runs' settings apart, rather than the config files' text or the ``config.yaml`` a fit
-    writes: two spellings of one setting (``--model.lr=0.001`` and ``--model.init_args.lr=1.0e-3``, a value written
-    in the file or left to its default) resolve the same; a changed config file's content counts (not its path),
-    and so does a changed default in the code; and the new settings are known before any fit starts (a fit's
-    ``config.yaml`` also holds what it adds per run: seeds shared from ``seed_everything``, its output folders).
-
-    Raises:
-        ValueError: the fit's parser refused ``args`` (one line naming the key), or a config file it refused.
-    """
-    try:
-        cli = _ParseOnlyCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
-                            auto_configure_optimizers=False, args=list(args),
-                            parser_kwargs={"exit_on_error": False})
-    except argparse.ArgumentError as err:
-        raise ValueError(one_line(str(err)) or " ".join(str(err).split())) from None
-    settings = plain_config(cli.parser, cli.config)
-    for key in drop:
-        *parents, last = key.split(".")
-        node = settings
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(last, None)
-    return json.loads(json.dumps(settings))  # as a settings.json file gives it back
+def _end_on(err: BaseException, ckpt_path: str | None) -> None:
+    """End the run in one line on an error it can name: a checkpoint (without a config record) whose weights fit
+    other networks (exit 2); an allocation that failed, a full disk, a folder it cannot write, no shared memory for
+    the workers (exit 1); return on any other error (the caller re-raises it)."""
+    mismatch = weights_mismatch(err, ckpt_path) if ckpt_path is not None else None
+    if mismatch is not None:
+        config_exit(mismatch)
+    message = allocation_failure(err) or write_error(err)
+    if message is not None:
+        print(f"error: {message} (the run stopped; checkpoints written before are kept)", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
 
 
 def main(args: list[str] | None = None, callbacks: list | None = None) -> FitCLI:
@@ -251,6 +227,7 @@ def main(args: list[str] | None = None, callbacks: list | None = None) -> FitCLI
         SystemExit: 130 after SIGINT, 143 after SIGTERM (the run stopped early; see the module docstring).
     """
     started = time.monotonic()
+    die_with_parent()  # a fit started by pipelines.seeds stops when that command dies
     cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                  save_config_callback=RecordConfig, save_config_kwargs={"overwrite": True},  # RecordConfig checks
                  args=args, auto_configure_optimizers=False)
@@ -271,18 +248,13 @@ def main(args: list[str] | None = None, callbacks: list | None = None) -> FitCLI
         stopped(cli.trainer, cli.model.collected_frames, stop.signal_name)
     except OutputExists as err:
         config_exit(err)
+    except RestoredStateError as err:  # a checkpoint's state that no run of this config could have written
+        config_exit(ValueError(f"--ckpt_path={cli.config.ckpt_path!r}: {err}"))
     except SIGTERMException:  # Lightning's own check, at the end of a training step
         stopped(cli.trainer, cli.model.collected_frames, "SIGTERM")
-    except (OSError, RuntimeError) as err:
-        # a checkpoint (without a config record) whose weights fit other networks
-        mismatch = weights_mismatch(err, cli.config.ckpt_path) if cli.config.ckpt_path is not None else None
-        if mismatch is not None:
-            config_exit(mismatch)
-        message = write_error(err)  # a full disk, a folder it cannot write, no shared memory for the workers
-        if message is None:
-            raise
-        print(f"error: {message} (the run stopped; checkpoints written before are kept)", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
+    except (OSError, RuntimeError, MemoryError) as err:
+        _end_on(err, cli.config.ckpt_path)
+        raise
     except SystemExit as stop:  # Lightning's answer to KeyboardInterrupt (a second SIGINT): sys.exit(1)
         if cli.trainer.state.status == TrainerStatus.INTERRUPTED:
             stopped(cli.trainer, cli.model.collected_frames, "SIGINT")

@@ -1,6 +1,7 @@
-"""The command line's parser: LightningCLI's, with no abbreviated options and errors said in one line; the bounds a
-config file must keep before it is read (:func:`check_config_inputs`); and the one-line end of a run on a bad config
-value (:func:`config_exit`, :func:`config_error`).
+"""The command line's parser: LightningCLI's, with no abbreviated options, errors said in one line and ``null`` taken
+for a nullable key of a nested class (:func:`nulls_as_dicts`); and the one-line end of a run on a bad config value
+(:func:`config_exit`, :func:`config_error`). The bounds a config file must keep before it is read are
+:mod:`pipelines.config_files`'.
 
 argparse (and so jsonargparse) accepts any unique prefix of an option by default: ``--trainer.max_epoch=2`` was
 taken as ``--trainer.max_epochs``. Here an option is only ever its full name. A parse error is printed as one line
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import json
 import os
 import re
 import sys
+import typing
 from typing import NoReturn
 
-import yaml
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser
 
@@ -120,6 +122,20 @@ class FitArgumentParser(LightningArgumentParser):
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
 
+    def parse_args(self, args=None, *rest, **kwargs):
+        """jsonargparse's ``parse_args``, with ``null`` given on the command line to a key of a class inside the
+        model's or the data module's class (:func:`nulls_as_dicts`, :func:`check_nulls`)."""
+        args = sys.argv[1:] if args is None else args
+        nulls: list[str] = []
+        if isinstance(args, (list, tuple)):
+            args, nulls = nulls_as_dicts(list(args))
+        if nulls:  # checked before --print_config prints (and exits)
+            plain = [a for a in args if not a.startswith("--print_config")]
+            refused = check_nulls(super().parse_args(plain, *rest, **kwargs), nulls)
+            if refused is not None:
+                self.error(refused)
+        return super().parse_args(args, *rest, **kwargs)
+
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or debug_mode_active():  # a nested parser (the root one reports), or debugging
             super().error(message, ex)
@@ -128,77 +144,72 @@ class FitArgumentParser(LightningArgumentParser):
         self.exit(2)
 
 
-MAX_CONFIG_BYTES = 1 << 20  # a config file's largest size (the shipped ones are under 4 kB)
-MAX_CONFIG_NODES = 100_000  # its most YAML nodes once aliases are expanded (the shipped ones: under 200)
-_CONFIG_FLAGS = ("--config", "-c")
+_NULLS = ("null", "Null", "NULL", "~")
 
 
-def check_config_text(text: str, name: str) -> None:
-    """Refuse YAML that is malformed or that expands, through aliases, to more than :data:`MAX_CONFIG_NODES` nodes
-    (an "alias bomb" of a few lines grows without bound when loaded). The document is composed without being
-    constructed (aliases stay references), then its expanded size is counted once per distinct node.
+def nulls_as_dicts(args: list[str]) -> tuple[list[str], list[str]]:
+    """``--<section>.init_args.<x>.init_args.<key>=null`` (or ``--... null``: a key of a class inside the model's or
+    the data module's class) given as the nested mapping ``--data={"init_args": {"env": {"init_args": {"capacity":
+    null}}}}``, which jsonargparse merges into the section's config as YAML would. (jsonargparse 4.53 hands such a
+    value on through each nested class as text, and ``None`` comes out as the string ``"None"``: the key was refused
+    with "Expected a float" though it takes null.) jsonargparse does not check a null inside a mapping:
+    :func:`check_nulls` does, once the classes are known.
 
-    Raises:
-        ValueError: names ``name`` and what is wrong.
+    Returns:
+        The arguments, and the dotted keys given null this way.
     """
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as err:
-        raise ValueError(f"{name}: not valid YAML ({' '.join(str(err).split())[:160]})") from None
-    sizes: dict[int, int] = {}
-
-    def size(node, active: set[int]) -> int:
-        if id(node) in sizes:
-            return sizes[id(node)]
-        if id(node) in active:  # a recursive alias: it expands for ever
-            return MAX_CONFIG_NODES + 1
-        active.add(id(node))
-        children = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
-                    else node.value if isinstance(node, yaml.SequenceNode) else [])
-        total = 1
-        for child in children:
-            total += size(child, active)
-            if total > MAX_CONFIG_NODES:
-                break
-        active.discard(id(node))
-        sizes[id(node)] = total
-        return total
-
-    if root is not None and size(root, set()) > MAX_CONFIG_NODES:
-        raise ValueError(f"{name}: expands to more than {MAX_CONFIG_NODES:,} YAML nodes (aliases repeating "
-                         f"aliases?): no config of this project is that large")
+    out, keys, i = [], [], 0
+    while i < len(args):
+        token = args[i]
+        key, has_value, value = token.partition("=")
+        if not has_value and key.startswith("--") and i + 1 < len(args) and args[i + 1] in _NULLS:
+            value, has_value, i = args[i + 1], True, i + 1
+            token = f"{key}={value}"
+        parts = key[2:].split(".") if key.startswith("--") else []
+        if (has_value and value in _NULLS and parts[:1] in (["model"], ["data"]) and parts.count("init_args") >= 2
+                and parts[-2] == "init_args" and all(p.isidentifier() for p in parts)):
+            nested = None
+            for part in reversed(parts[1:]):
+                nested = {part: nested}
+            out.append(f"--{parts[0]}={json.dumps(nested)}")
+            keys.append(".".join(parts))
+        else:
+            out.append(token)
+        i += 1
+    return out, keys
 
 
-def check_config_inputs(argv: list[str]) -> None:
-    """Check every ``--config`` / ``-c`` value of a command line before jsonargparse reads it: a file must be a
-    regular file (not a FIFO or a device, which could be read for ever) of at most :data:`MAX_CONFIG_BYTES`,
-    UTF-8 text, and YAML within :func:`check_config_text`'s bounds; a value holding YAML text itself (``pipelines
-    .evaluate`` hands a checkpoint's recorded config over that way) is checked as text. Missing files are left to
-    jsonargparse's message.
-
-    Raises:
-        ValueError: names the file and what is wrong.
-    """
-    values = [argv[i + 1] for i, token in enumerate(argv[:-1]) if token in _CONFIG_FLAGS]
-    values += [token.split("=", 1)[1] for token in argv if token.startswith("--config=")]
-    for value in values:
-        if "\n" in value:
-            check_config_text(value, "--config (YAML text)")
-            continue
-        if not os.path.exists(value):
-            continue
-        name = f"--config {value}"
-        if not os.path.isfile(value):
-            raise ValueError(f"{name}: not a regular file")
-        if os.path.getsize(value) > MAX_CONFIG_BYTES:
-            raise ValueError(f"{name}: {os.path.getsize(value):,} bytes; a config is at most {MAX_CONFIG_BYTES:,}")
-        with open(value, "rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
+def check_nulls(config, keys: list[str]) -> str | None:
+    """The first of :func:`nulls_as_dicts`' ``keys`` whose constructor argument does not take null (its class found
+    in ``config``, the parsed config), as an error line; None when they all do."""
+    for key in keys:
+        owner, _, name = key.rpartition(".init_args.")
+        module, _, class_name = str(config.get(f"{owner}.class_path") or "").rpartition(".")
+        cls = getattr(sys.modules.get(module), class_name, None)
         try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ValueError(f"{name}: not a text file (a YAML config is UTF-8 text)") from None
-        check_config_text(text, name)
+            parameter = inspect.signature(cls).parameters[name]
+        except (TypeError, ValueError, KeyError):
+            continue  # (jsonargparse's own checks stand)
+        if parameter.default is not None and not _takes_none(parameter.annotation):
+            return f"{key}: null is not allowed (expected {parameter.annotation})"
+    return None
+
+
+def _takes_none(annotation: object) -> bool:
+    """Whether a constructor argument's annotation (a type, or its text under ``from __future__ import
+    annotations``) admits None: ``X | None``, ``Optional[X]``, ``Union[..., None]``."""
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "")
+        depth, parts, start = 0, [], 0
+        for i, char in enumerate(text):  # the top-level members of a | union
+            depth += char in "[(" and 1 or -(char in "])" and 1 or 0)
+            if char == "|" and depth == 0:
+                parts.append(text[start:i])
+                start = i + 1
+        parts.append(text[start:])
+        return "None" in parts or text.startswith(("Optional[", "typing.Optional[")) or (
+            text.startswith(("Union[", "typing.Union[")) and ",None]" in text)
+    return annotation is None or annotation is type(None) or type(None) in typing.get_args(annotation)
 
 
 def config_exit(err: Exception) -> None:

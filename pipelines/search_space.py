@@ -10,7 +10,8 @@ import re
 
 import yaml
 
-from pipelines.fit import DEFAULTS, fit_settings
+from pipelines.fit import DEFAULTS
+from pipelines.fit_settings import fit_settings
 
 KINDS = ("float", "int", "categorical")
 DIRECTIONS = ("maximize", "minimize")
@@ -136,8 +137,8 @@ def check_trials(configs: list[str], overrides: list[str], parameters: dict, sea
     """Parse, with ``pipelines.fit``'s parser (nothing is built or written), the configs with the overrides, and
     then the config of a trial with every parameter at each of its values (:func:`_values`; row r sets each
     parameter to its r-th value, or its last); returns the study's settings of the config: the fit's resolved
-    settings (:func:`pipelines.fit.fit_settings`) without ``trainer.default_root_dir`` (a trial's folder) and with
-    every searched key set to :data:`SEARCHED`.
+    settings (:func:`~pipelines.fit_settings.fit_settings`) without ``trainer.default_root_dir`` (a trial's folder)
+    and with every searched key set to :data:`SEARCHED`.
 
     Raises:
         ValueError: the configs or overrides refused by the fit's parser (one line naming the key).

@@ -15,38 +15,39 @@ mean. The last stdout line is one JSON object (also written to ``DIR/summary.jso
 A seed whose folder holds a finished run (``DIR/seed_<S>/finished``) is read, not run again, so a study can be
 extended with more seeds or continued after an interruption, but only under the same settings: each seed's folder and
 the study's record the settings they were run with (``settings.json``: the fit's settings as ``pipelines.fit``
-resolves them, :func:`pipelines.fit.fit_settings`), and a folder run with other settings stops the command before
-anything starts, naming the keys that differ (exit status 2; use another ``--out``), as does an override of where a
-fit writes (``trainer.default_root_dir``, the logger's ``save_dir``). A folder holding an unfinished run is refused
-(resume it with ``pipelines.fit --ckpt_path`` or remove it).
+resolves them, :func:`~pipelines.fit_settings.fit_settings`), and a folder run with other settings stops the command
+before anything starts, naming the keys that differ (exit status 2; use another ``--out``), as does an override of
+where a fit writes (``trainer.default_root_dir``, the logger's ``save_dir``). A folder holding an unfinished run is
+refused (resume it with ``pipelines.fit --ckpt_path`` or remove it).
 
 SIGTERM or SIGINT (Ctrl+C) is handed on to the running fits (each in its own process group, so a terminal's Ctrl+C
 reaches them once), which stop after their current step and write ``last.ckpt``; the command waits for them (at most
-:data:`STOP_WAIT_S` seconds, then kills them), marks the seeds whose fit ended with status 0 finished and exits with
-128 + the signal's number (130 / 143), starting no further seed; a second Ctrl+C stops the fits at once. Exit status
+:data:`~pipelines.seed_fits.STOP_WAIT_S` seconds, then kills them), marks the seeds whose fit ended with status 0
+finished and exits with 128 + the signal's number (130 / 143), starting no further seed; a second Ctrl+C stops the fits
+at once. A command killed outright (SIGKILL) takes its fits with it: each gets SIGTERM when the command dies
+(:func:`pipelines.stop_signals.die_with_parent`). A seed's folder without the ``finished`` mark whose run reached the
+budget (its ``last.ckpt`` has ``data.total_frames`` frames) is finished too: marked, and read back. Exit status
 otherwise: 0; 1 when a seed's fit failed (its log is named); 2 for a usage or settings error.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import glob
 import json
 import os
 import signal
-import subprocess
 import sys
-import threading
-import time
-from typing import Any
 
-from pipelines.threads import set_wait_policy, side_by_side_env
+from pipelines.threads import set_wait_policy
 
 set_wait_policy()  # before torch is imported (pipelines/threads.py)
 
-from pipelines.console import rounded  # noqa: E402
-from pipelines.fit import fit_settings  # noqa: E402
+from modules.loading import read_checkpoint  # noqa: E402
+from pipelines.console import json_line, rounded  # noqa: E402
+from pipelines.fit_settings import fit_settings  # noqa: E402
 from pipelines.run_config import FIT_KEYS, CommandParser, parse_with_fit_keys  # noqa: E402
+from pipelines.seed_fits import Stopped, run_fits  # noqa: E402
 from pipelines.seed_summary import FALLBACK_METRIC, plot, summarise  # noqa: E402
 from pipelines.settings import (  # noqa: E402
     SETTINGS_FILE,
@@ -58,16 +59,6 @@ from pipelines.settings import (  # noqa: E402
 )
 
 PER_SEED_KEYS = ("seed_everything", "trainer.default_root_dir")  # settings that differ between seeds by design
-# seconds the fits get to stop after a handed-on signal (their own deadline: pipelines.stop_signals.STOP_GRACE_S)
-STOP_WAIT_S = 60.0
-
-
-class _Stopped(Exception):
-    """The fits were stopped by signal ``signum`` (handed on to them)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 def check_settings(out: str, folders: dict[int, str], settings: dict) -> None:
@@ -101,18 +92,12 @@ def check_settings(out: str, folders: dict[int, str], settings: dict) -> None:
                                f"use another --out")
 
 
-def fit_command(configs: list[str], seed: int, folder: str, overrides: list[str]) -> list[str]:
-    """The command line of seed ``seed``'s fit: ``pipelines.fit`` on ``configs`` and ``overrides`` with
-    ``--seed_everything=<seed>`` in ``folder`` (``trainer.default_root_dir``)."""
-    return [sys.executable, "-m", "pipelines.fit", *(a for c in configs for a in ("--config", c)),
-            f"--seed_everything={seed}", f"--trainer.default_root_dir={folder}", *overrides]
-
-
 def run_seeds(configs: list[str], seeds: list[int], out: str, parallel: int, overrides: list[str],
               settings: dict) -> dict[int, str]:
-    """Fit every seed not finished yet under ``settings`` (:func:`pipelines.fit.fit_settings` of the fit's command
-    line without its per-seed keys), ``parallel`` at once; returns ``{seed: folder}``. A finished seed run under the
-    same settings is read back (and says so). Each seed's folder and ``out`` record ``settings`` before a fit starts.
+    """Fit every seed not finished yet under ``settings`` (:func:`~pipelines.fit_settings.fit_settings` of the fit's
+    command line without its per-seed keys), ``parallel`` at once; returns ``{seed: folder}``. A finished seed run
+    under the same settings is read back (and says so). Each seed's folder and ``out`` record ``settings`` before a
+    fit starts.
 
     Raises:
         SettingsMismatch: a folder in ``out`` made under other settings (see :func:`check_settings`).
@@ -122,6 +107,10 @@ def run_seeds(configs: list[str], seeds: list[int], out: str, parallel: int, ove
     """
     folders = {seed: os.path.join(out, f"seed_{seed}") for seed in seeds}
     check_settings(out, folders, settings)
+    budget = ((settings.get("data") or {}).get("init_args") or {}).get("total_frames")
+    for seed in seeds:  # a run that reached its budget is finished, whether or not this command saw it end
+        if not os.path.isfile(os.path.join(folders[seed], "finished")) and reached(folders[seed], budget):
+            open(os.path.join(folders[seed], "finished"), "w").close()
     todo = [seed for seed in seeds if not os.path.isfile(os.path.join(folders[seed], "finished"))]
     for seed in todo:
         if os.path.exists(folders[seed]):
@@ -134,8 +123,8 @@ def run_seeds(configs: list[str], seeds: list[int], out: str, parallel: int, ove
     if read_settings(out) is None:
         write_settings(out, settings)
     try:
-        failed = _run(configs, todo, folders, parallel, overrides, settings)
-    except _Stopped as stopped:
+        failed = run_fits(configs, todo, folders, parallel, overrides, settings)
+    except Stopped as stopped:
         signum = stopped.signum
         done = [seed for seed in seeds if os.path.isfile(os.path.join(folders[seed], "finished"))]
         print(f"stopped by {signal.Signals(signum).name}; finished seeds: {done or 'none'} (the same command reads "
@@ -147,107 +136,19 @@ def run_seeds(configs: list[str], seeds: list[int], out: str, parallel: int, ove
     return folders
 
 
-class _Fits:
-    """The running fits of :func:`_run`, by seed: each started in its own process group with its output in its
-    folder's ``fit.log``, handed on the signals this process receives, killed :data:`STOP_WAIT_S` seconds after the
-    first signal, and reaped."""
-
-    def __init__(self, configs: list[str], folders: dict[int, str], overrides: list[str], settings: dict,
-                 env: dict[str, str] | None) -> None:
-        self.configs, self.folders, self.overrides, self.settings, self.env = configs, folders, overrides, settings, env
-        self.running: dict[int, tuple[subprocess.Popen, Any]] = {}
-        self.signals: list[int] = []  # the signals received, first one first
-        self.told: set[int] = set()  # the seeds whose fit was handed the first signal
-        self.killed: set[int] = set()  # the seeds whose fit was killed, past the deadline
-        self.deadline: float | None = None
-        self.failed: list[str] = []  # the failed fits' descriptions
-
-    def hand_on(self, signum: int, frame) -> None:
-        """The signal handler: hand ``signum`` on to every running fit."""
-        self.signals.append(signum)
-        for seed, (proc, _) in list(self.running.items()):
-            self.told.add(seed)
-            if proc.returncode is None:
-                with contextlib.suppress(OSError):  # (ended meanwhile)
-                    proc.send_signal(signum)
-
-    def start(self, seed: int) -> None:
-        """Start seed ``seed``'s fit in its folder, with the settings recorded there first."""
-        folder = self.folders[seed]
-        os.makedirs(folder)
-        write_settings(folder, self.settings)
-        log = open(os.path.join(folder, "fit.log"), "w")
-        proc = subprocess.Popen(fit_command(self.configs, seed, folder, self.overrides), stdout=log,
-                                stderr=subprocess.STDOUT, env=self.env, process_group=0)
-        self.running[seed] = (proc, log)
-        print(f"seed {seed}: running in {folder}", file=sys.stderr, flush=True)
-
-    def stop(self) -> None:
-        """After a signal: hand the first one to the fits started as it came, and kill the fits still running
-        :data:`STOP_WAIT_S` seconds after it."""
-        for seed, (proc, _) in self.running.items():  # a fit started as the signal came
-            if seed not in self.told and proc.poll() is None:
-                self.told.add(seed)
-                proc.send_signal(self.signals[0])
-        self.deadline = self.deadline or time.monotonic() + STOP_WAIT_S
-        if time.monotonic() > self.deadline:
-            for seed, (proc, _) in self.running.items():
-                if seed not in self.killed and proc.poll() is None:
-                    self.killed.add(seed)
-                    proc.kill()
-                    print(f"seed {seed}: killed ({STOP_WAIT_S:.0f} s after the signal)", file=sys.stderr, flush=True)
-
-    def reap(self) -> None:
-        """Forget the fits that ended: a fit that ended with status 0 is marked finished (even after a signal), one
-        stopped by a signal is said so, any other is failed."""
-        for seed, (proc, log) in list(self.running.items()):
-            if proc.poll() is None:
-                continue
-            log.close()
-            del self.running[seed]
-            if proc.returncode == 0:
-                open(os.path.join(self.folders[seed], "finished"), "w").close()
-                print(f"seed {seed}: finished", file=sys.stderr, flush=True)
-            elif self.signals:
-                print(f"seed {seed}: stopped (exit status {proc.returncode}, log {log.name})", file=sys.stderr,
-                      flush=True)
-            else:
-                self.failed.append(f"seed {seed} (exit status {proc.returncode}, log {log.name})")
-
-    def kill_all(self) -> None:
-        """Kill the fits still running (only on an error in :func:`_run`: no fit outlives the command)."""
-        for proc, _ in self.running.values():
-            proc.kill()
-            proc.wait()
-
-
-def _run(configs: list[str], todo: list[int], folders: dict[int, str], parallel: int, overrides: list[str],
-         settings: dict) -> list[str]:
-    """Start and reap the fits; returns the failed ones' descriptions, or raises :class:`_Stopped` after a signal.
-
-    SIGTERM and SIGINT are handed on to every running fit (each is started in its own process group, so it gets a
-    terminal's Ctrl+C from here alone, once); then no new fit starts, the running ones get :data:`STOP_WAIT_S`
-    seconds to stop before they are killed, and a fit that ended with status 0 is still marked finished."""
-    fits = _Fits(configs, folders, overrides, settings,
-                 side_by_side_env() if parallel > 1 else None)  # (fits at once: threads sleep when idle)
-    previous = {}
-    if threading.current_thread() is threading.main_thread():  # (signal handlers need it)
-        previous = {s: signal.signal(s, fits.hand_on) for s in (signal.SIGTERM, signal.SIGINT)}
+def reached(folder: str, total_frames: object) -> bool:
+    """Whether the run in a seed's ``folder`` trained ``total_frames`` frames: its newest ``last.ckpt``
+    (``runs/<name>/version_<k>/checkpoints/``, read as plain data) records as many collected frames."""
+    paths = sorted(glob.glob(os.path.join(glob.escape(folder), "runs", "*", "version_*", "checkpoints", "last.ckpt")),
+                   key=os.path.getmtime)
+    if not isinstance(total_frames, int) or not paths:
+        return False
     try:
-        while (todo and not fits.signals) or fits.running:
-            while todo and not fits.signals and len(fits.running) < parallel:
-                fits.start(todo.pop(0))
-            if fits.signals:
-                fits.stop()
-            time.sleep(0.2)
-            fits.reap()
-    finally:
-        fits.kill_all()
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    if fits.signals:
-        raise _Stopped(fits.signals[0])
-    return fits.failed
+        state = read_checkpoint(paths[-1], "checkpoint").get("rl_state") or {}
+    except (ValueError, AttributeError):
+        return False
+    frames = state.get("collected_frames")
+    return isinstance(frames, int) and frames >= total_frames
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -290,9 +191,14 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{summary['metric']}: final {summary['mean']:.3f} ± {summary['se']:.3f} (mean ± SE over "
           f"{len(args.seeds)} seeds); curves: {os.path.join(out, 'curves.png')}")
     result = rounded({k: v for k, v in summary.items() if k != "curves"})
+    line, nonfinite = json_line(result)
     with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    print(json.dumps(result))
+        json.dump(json.loads(line), f, indent=1)
+    print(line)
+    nonfinite = [key for key in nonfinite if key != "se"]  # (one seed has no standard error: null)
+    if nonfinite:  # (null in the JSON): a result that is no number is no result
+        print(f"error: results that are not finite numbers: {', '.join(nonfinite[:5])}", file=sys.stderr)
+        raise SystemExit(1)
     return result
 
 

@@ -1,8 +1,9 @@
-"""Telling two runs' settings apart: what a fit's command line resolves to (:func:`pipelines.fit.fit_settings`)
-is compared key by key (:func:`settings_diff`, said in one line by :func:`describe_diff`), and recorded beside a
-study's runs (``settings.json``: :func:`read_settings`, :func:`write_settings`), so that ``pipelines.seeds`` and
-``pipelines.tune`` never reuse a run made under other settings, and a resume can name the first key its
-checkpoint was trained with otherwise (:mod:`pipelines.checkpoints`)."""
+"""Telling two runs' settings apart: what a fit's command line resolves to
+(:func:`~pipelines.fit_settings.fit_settings`) is compared key by key (:func:`settings_diff`, said in one line by
+:func:`describe_diff`), and recorded beside a study's runs (``settings.json``: :func:`read_settings`,
+:func:`write_settings`), so that ``pipelines.seeds`` and ``pipelines.tune`` never reuse a run made under other
+settings, and a resume can name the first key its checkpoint was trained with otherwise
+(:mod:`pipelines.checkpoints`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,11 @@
-"""How a fit stops early on SIGINT or SIGTERM: at the next step boundary (nothing interrupted midway), with a
-last-resort deadline (:data:`STOP_GRACE_S`), and an exit status of 128 + the signal's number."""
+"""How a fit stops early on SIGINT or SIGTERM: at the next step boundary once it trains (nothing interrupted
+midway), at once before (while its envs, collector or checkpoint are being built: nothing to save yet), with a
+last-resort deadline (:data:`STOP_GRACE_S`), and an exit status of 128 + the signal's number; and how a fit started
+by another command ends with it (:func:`die_with_parent`)."""
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import os
 import signal
@@ -10,9 +13,31 @@ import sys
 
 import lightning as L
 
-from pipelines.data import RLDataModule
+from pipelines.data import RLDataModule, StopRequested
 
-STOP_GRACE_S = 30  # seconds from a stop signal to the forced exit, if the run has not ended by then
+STOP_GRACE_S = 9  # seconds from a stop signal to the forced exit, if the run has not ended by then
+# the environment variable by which a command that starts fits (pipelines.seeds) gives them its process id
+PARENT_ENV = "RLPIPE_PARENT_PID"
+PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
+
+
+def die_with_parent() -> None:
+    """Where :data:`PARENT_ENV` names this process's parent, have the kernel send it SIGTERM when that parent dies
+    (Linux's parent-death signal, ``prctl(PR_SET_PDEATHSIG)``), even by SIGKILL: a fit started by
+    ``pipelines.seeds`` then stops (writing ``last.ckpt``) instead of running on alone. A parent already gone
+    stops it now. Nothing without the variable, or where the call does not exist.
+    """
+    parent = os.environ.get(PARENT_ENV, "")
+    if not parent.isdigit():
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # (not Linux)
+        return
+    if os.getppid() != int(parent):  # it died before the call
+        os.kill(os.getpid(), signal.SIGTERM)
+
 
 
 def on_stop_signal(data: RLDataModule, signum: int, frame) -> None:
@@ -26,6 +51,8 @@ def on_stop_signal(data: RLDataModule, signum: int, frame) -> None:
         return
     data.request_stop(name)
     faulthandler.dump_traceback_later(STOP_GRACE_S, exit=True)
+    if not data.streaming:  # envs, collector or checkpoint still being built: nothing trained, nothing to save
+        raise StopRequested(name)
     os.write(2, f"{name}: training stops after the current step (Ctrl+C again to stop at once)\n".encode())
 
 

@@ -10,7 +10,9 @@ import sys
 import torch
 from jsonargparse import Namespace
 
+from envs.restored import RestoredStateError
 from modules.base import RLModule
+from modules.checks import check_loaded_weights
 from pipelines.checkpoints import MODEL_KEYS, run_configs, weights_mismatch
 from pipelines.data import RLDataModule
 from pipelines.data.base import trained_env_model_states
@@ -94,7 +96,10 @@ def load_run(configs: str | list[str] | None, ckpt_path: str, overrides: list[st
     model.build_on(data.env_specs())  # (specs on the CPU: the module moves to the device once loaded)
     checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)  # tensors and plain data only
     try:
+        check_loaded_weights(checkpoint["state_dict"], model)
         model.load_state_dict(checkpoint["state_dict"])
+    except RestoredStateError as err:
+        config_exit(ValueError(f"--ckpt_path={ckpt_path!r}: {err}"))
     except RuntimeError as err:
         mismatch = weights_mismatch(err, ckpt_path)
         if mismatch is None:
@@ -123,12 +128,9 @@ def _restore_env_models(data: RLDataModule, state: dict, ckpt_path: str) -> None
                                    f"env trains {list(data.trained_env_models) or 'none'} (was it trained with "
                                    f"another env config?)"))
         try:
-            data.load_env_model(name, model_weights)
-        except RuntimeError as err:
-            mismatch = weights_mismatch(err, ckpt_path)
-            if mismatch is None:
-                raise
-            config_exit(ValueError(f"{mismatch} (its env model {name})"))
+            data.restore_env_model(name, model_weights)
+        except RestoredStateError as err:
+            config_exit(ValueError(f"--ckpt_path={ckpt_path!r}: {err} (was it trained with another env config?)"))
 
 
 def run_name(ckpt_path: str) -> str:

@@ -10,7 +10,7 @@ import torch
 
 # The suite runs on small CPU machines next to other work: one intra-op thread keeps timings stable.
 torch.set_num_threads(1)
-# Test configs plug in probe callbacks from this package (pipelines.import_policy allows it by name).
+# Test configs plug in probe callbacks from this package (modules.import_policy allows it by name).
 os.environ.setdefault("RLPIPE_ALLOW_IMPORTS", "tests")
 
 

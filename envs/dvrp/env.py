@@ -25,6 +25,7 @@ from envs.dvrp.neural_oracle import NeuralOracle, RoutingSolver
 from envs.dvrp.oracle import CostOracle, InsertionOracle
 from envs.dvrp.reader import FileInstances
 from envs.dvrp.render import plot_routes
+from envs.restored import restored_tensor
 from envs.seeding import NativeBatchedEnv
 
 UNSEEN, SERVED, LOST = 0, 1, 2
@@ -233,11 +234,16 @@ class DVRPEnv(NativeBatchedEnv):
             Whether the rows play the saved rows' episodes.
 
         Raises:
-            ValueError: the state was saved from an env with another batch size.
+            RestoredStateError: the state was saved from an env with another batch size, or its predictions are
+                not of this env's shape, finite, or acceptance probabilities in [0, 1].
         """
         same_rows = super().load_resume_state(state, keep_row_seeds)
         if same_rows and self.flexibility is not None and "predictions" in state:
-            self._saved = (state["predictions"].to(self.device), state["acceptance"].to(self.device),
+            predictions = restored_tensor(state["predictions"], "env state.predictions",
+                                          self.static[..., STATIC_FEATURES + self.config.num_types:].cpu())
+            acceptance = restored_tensor(state.get("acceptance"), "env state.acceptance", self.acceptance.cpu(),
+                                         low=0.0, high=1.0 + 1e-5)  # (probabilities, to float rounding)
+            self._saved = (predictions.to(self.device), acceptance.to(self.device),
                            torch.ones(self.batch_size[0], dtype=torch.bool, device=self.device))
         return same_rows
 

@@ -55,6 +55,7 @@ from envs.hockey.puck import (
 from envs.hockey.rackets import move_rackets
 from envs.hockey.render import draw_frame
 from envs.hockey.render import render_game as draw_game
+from envs.hockey.restore import checked_games
 from envs.seeding import NativeBatchedEnv
 
 _U_PLAYER2_X, _U_PLAYER2_Y, _U_PUCK_X, _U_PUCK_Y, _U_SHOT_Y, _U_PHASE = range(6)
@@ -393,11 +394,15 @@ class HockeyEnv(NativeBatchedEnv):
             Whether the saved games go on here (not where the rows restart their episodes).
 
         Raises:
-            ValueError: the state was saved from an env with another batch size.
+            RestoredStateError: the state was saved from an env with another batch size, or its games are not games
+                this env can play (:func:`envs.hockey.restore.checked_games`: shapes, nan, positions off the table,
+                counters past the episode limit, unknown modes or opponents).
         """
         go_on = super().load_resume_state(state, keep_row_seeds) and "games" in state
         if go_on:
-            games = state["games"]
+            live = {name: getattr(self, name).cpu() for name in _GAME_STATE}
+            live["returns"] = self.episode_returns().cpu()
+            games = checked_games(state["games"], live, max(self.config.max_steps, self.config.max_steps_train))
             for name in _GAME_STATE:
                 setattr(self, name, games[name].to(self.device).clone())
             self._returns = games["returns"].to(self.device).clone()

@@ -13,6 +13,7 @@ from torchrl.envs import EnvBase
 
 from envs import EnvConfig, EnvSpecs, make_env, unwrap
 from envs.policy_state import carried_keys
+from envs.restored import RestoredStateError, restored_mapping, restored_tensor
 from pipelines.compat import collector_carry, set_collector_carry
 from pipelines.data.collectors import WorkerCollector, local_collector
 from pipelines.data.env_control import EnvControl, TrainingEnvCalls, resolve
@@ -52,6 +53,7 @@ class RLDataModule(FrameStream, L.LightningDataModule):
         self.seed = 0 if seed is None else int(seed)
         self.device = device
         self.stop_request: str | None = None  # the signal that asked training to stop (request_stop)
+        self.streaming = False  # whether the stream of batches began (a stop signal waits for a step boundary then)
         self.expected_world_size = 1  # ranks, before the trainer is attached (check_budget)
 
     @property
@@ -188,7 +190,8 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
                 self._collector = local_collector(self.env, policy, self.frames_per_batch,
                                                   **options.policy_options, **self._collector_options())
                 if self._restored_carry:  # a recurrent policy's states where the checkpointed run left them
-                    set_collector_carry(self._collector, self._restored_carry)
+                    live = collector_carry(self._collector, carried_keys(policy))
+                    set_collector_carry(self._collector, checked_carry(self._restored_carry, live))
                     self._restored_carry = None
         return self._collector
 
@@ -231,8 +234,13 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Restore :meth:`state_dict`, each part checked against this run's (:mod:`envs.restored`).
+
+        Raises:
+            RestoredStateError: env model weights of other shapes or not finite (:meth:`restore_env_model`), an env
+                state that is not this env's (the env's ``load_resume_state`` names the entry)."""
         for name, weights in trained_env_model_states(state_dict, self.trained_env_models).items():
-            self.load_env_model(name, weights)
+            self.restore_env_model(name, weights)
         base = unwrap(self.env)
         if "env_rng" in state_dict and hasattr(base, "load_resume_state"):
             # rank 0's state, this rank's rows; a recurrent policy's carried states (rank 0's) where its episodes go on
@@ -240,6 +248,21 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
             self.resumed_env = bool(applied)
             if applied and (self.trainer is None or self.trainer.global_rank == 0):
                 self._restored_carry = state_dict.get("policy_carry")
+
+
+def checked_carry(carry: object, live: dict | None) -> dict:
+    """A checkpoint's recurrent policy states (``policy_carry``) checked against the collector's own (``live``): the
+    same entries, each of its shape and dtype, finite.
+
+    Raises:
+        RestoredStateError: names the first entry that differs.
+    """
+    live = live or {}
+    carry = restored_mapping(carry, "policy_carry")
+    if sorted(map(str, carry)) != sorted(map(str, live)):
+        raise RestoredStateError(f"policy_carry holds {sorted(map(str, carry))}, this run's policy carries "
+                                 f"{sorted(map(str, live))}")
+    return {key: restored_tensor(value, f"policy_carry.{key}", live[key].cpu()) for key, value in carry.items()}
 
 
 def _cpu_copy(weights: dict) -> dict:

@@ -19,6 +19,9 @@ from torch import nn
 from torchrl.envs import EnvBase
 
 from envs import unwrap
+from envs.restored import RestoredStateError, restored_mapping
+from modules.checks import check_loaded_weights
+from modules.loading import weights_difference
 
 Call = tuple[str, tuple, dict]  # (method path on the base env, args, kwargs)
 
@@ -158,6 +161,23 @@ class TrainingEnvCalls:
             ValueError: the env has no opponents.
         """
         self.control.call("set_opponent_policy", policy)
+
+    def restore_env_model(self, name: str, state_dict: object) -> None:
+        """:meth:`load_env_model` of weights read from a checkpoint, checked first: the model's keys and shapes,
+        finite.
+
+        Raises:
+            ValueError: the env has no learned model of that name.
+            RestoredStateError: weights of other keys or shapes, or not finite (names the model and the weight).
+        """
+        model = self.env_models.get(name)
+        if model is not None:
+            weights = restored_mapping(state_dict, f"env_models.{name}")
+            difference = weights_difference({k: v.shape for k, v in model.state_dict().items()}, weights)
+            if difference is not None:
+                raise RestoredStateError(f"env_models.{name}: {difference}")
+            check_loaded_weights(weights, model)
+        self.load_env_model(name, state_dict)
 
     def load_env_model(self, name: str, state_dict: dict) -> None:
         """Load new weights into the run's learned env model ``name`` (``env_models[name]``, e.g. ``flexibility``):

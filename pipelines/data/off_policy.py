@@ -16,7 +16,14 @@ from torchrl.data import TensorDictReplayBuffer
 from envs import EnvConfig
 from pipelines.data.base import EnvDataModule
 from pipelines.data.options import CollectorOptions, ReplayOptions, require
-from pipelines.data.replay import load_pending_steps, make_replay_buffer, pending_steps, store, update_priorities
+from pipelines.data.replay import (
+    check_replay_state,
+    load_pending_steps,
+    make_replay_buffer,
+    pending_steps,
+    store,
+    update_priorities,
+)
 
 log = logging.getLogger(__name__)
 
@@ -181,5 +188,6 @@ class OffPolicyDataModule(EnvDataModule):
     def load_state_dict(self, state_dict: dict) -> None:
         super().load_state_dict(state_dict)
         if "replay_buffer" in state_dict:
+            check_replay_state(state_dict["replay_buffer"], self.buffer, self.num_envs * (self.num_agents or 1))
             self.buffer.load_state_dict(state_dict["replay_buffer"])
             load_pending_steps(self.buffer, state_dict.get("replay_pending", {}))

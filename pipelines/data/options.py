@@ -167,6 +167,8 @@ class ReplayOptions:
         key = "data.replay_buffer"
         for name in ("buffer_size", "batch_size", "utd_ratio"):
             require(getattr(self, name) >= 1, f"{key}.{name} must be >= 1, got {getattr(self, name)}")
+        require(self.batch_size <= self.buffer_size, f"{key}.batch_size={self.batch_size} is larger than "
+                f"{key}.buffer_size={self.buffer_size}: a batch is sampled from the buffer's transitions")
         require(self.init_random_frames >= 0, f"{key}.init_random_frames must be >= 0, got {self.init_random_frames}")
         require(self.storage in ("tensor", "memmap"),
                 f"{key}.storage={self.storage!r} is not allowed: one of tensor, memmap")

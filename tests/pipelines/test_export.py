@@ -225,3 +225,24 @@ def test_export_on_the_gpu(smoke_run, tmp_path):
         with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
             expected = module.collector_policy(_as_td(keys, inputs))["action"]
         assert torch.equal(scripted(*inputs), expected)
+
+
+def test_a_killed_exports_temporary_files_go_at_the_next_export_of_that_name(smoke_run, tmp_path):
+    """A SIGKILLed export leaves ``.p.pt.<hex>.tmp`` files; the next export of ``p.pt`` removes them, and leaves the
+    temporary files of an export still running (it holds a lock on its own) and of other names alone."""
+    import fcntl
+    import os
+
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / ".p.pt.dead0001.tmp").write_text("a killed export's (its lock went with its process)")
+    (folder / ".q.pt.other001.tmp").write_text("another name's")
+    running = folder / ".p.pt.live0001.tmp"
+    running.write_text("a running export's")
+    fd = os.open(running, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        export(["--ckpt_path", smoke_run["last"], "--out", str(folder / "p.pt")])
+    finally:
+        os.close(fd)
+    assert sorted(os.listdir(folder)) == [".p.pt.live0001.tmp", ".q.pt.other001.tmp", "p.pt", "p.pt.json"]

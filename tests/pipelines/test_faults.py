@@ -175,3 +175,31 @@ def test_a_signal_to_the_learner_stops_the_run(tmp_path, signum, status):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     end = torch.load(tmp_path / "resumed" / "vacuum" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
     assert end["rl_state"]["collected_frames"] >= frames + 512 and end["global_step"] > step
+
+
+def test_sigterm_while_a_million_envs_are_built_ends_the_run_at_once(tmp_path):
+    """``num_envs`` of a million gymnasium envs takes minutes to build: a SIGTERM meanwhile (nothing trained yet,
+    nothing to save) ends the run within seconds with 143 and its one line, not after the build."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.fit", "--config", str(REPO / "configs" / "cartpole_ppo.yaml"),
+         "--data.init_args.collector.num_envs=1024000", "--data.init_args.collector.frames_per_batch=1024000",
+         "--data.init_args.total_frames=2048000", "--trainer.enable_progress_bar=false",
+         f"--trainer.default_root_dir={tmp_path}"],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        seen = ""
+        while "TPU available" not in seen:  # the trainer is built: the run's signal handlers come next
+            line = proc.stderr.readline()
+            assert line, "the run ended before building its envs"
+            seen += line
+        time.sleep(2.0)  # building the envs
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=30)[1]
+        took = time.monotonic() - sent
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 143 and took < 10, (proc.returncode, took, rest[-2000:])
+    assert "training stopped by SIGTERM at 0 frames" in rest and "Traceback" not in rest, rest[-2000:]

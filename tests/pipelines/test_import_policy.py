@@ -1,4 +1,4 @@
-"""A config's class paths are checked by name before anything is imported (``pipelines.import_policy``): a
+"""A config's class paths are checked by name before anything is imported (``modules.import_policy``): a
 module outside the project, its libraries and the packages ``RLPIPE_ALLOW_IMPORTS`` names is refused without
 running its code; a package the user allows is imported and used."""
 

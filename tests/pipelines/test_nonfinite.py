@@ -71,6 +71,18 @@ def test_nonfinite_env_values_stop_naming_the_entry():
         check_finite(batch)
 
 
+def test_a_nan_observation_is_named_before_the_action_computed_from_it():
+    """A NaN observation makes the policy's action NaN: the env's entry is named, the action after it."""
+    batch = TensorDict(action=torch.zeros(4, 3, 1), observation=torch.zeros(4, 3, 2),
+                       next=TensorDict(observation=torch.zeros(4, 3, 2), reward=torch.zeros(4, 3, 1),
+                                       batch_size=[4, 3]), batch_size=[4, 3])
+    batch["action"][1, 2] = float("nan")
+    batch["next", "observation"][1, 1] = float("nan")
+    with pytest.raises(RuntimeError, match=r"non-finite value in \('next', 'observation'\) \(nan or inf\) "
+                                           r"\(and in 'action'\)"):
+        check_finite(batch)
+
+
 def test_no_checkpoint_with_nonfinite_weights(tmp_path):
     callback = ModelCheckpoint(dirpath=tmp_path)
     module = nn.Linear(2, 2)

@@ -52,7 +52,10 @@ def test_the_data_module_checks_options_against_each_other():
     with pytest.raises(ValueError, match=r"data\.collector\.mode=async needs data\.collector\.workers=1 here, got 2"):
         OffPolicyDataModule(env, CollectorOptions(num_envs=2, frames_per_batch=16, workers=2, mode="async"))
     with pytest.raises(ValueError, match=r"data\.replay_buffer\.buffer_size=4 must be >= data\.collector\.num_envs=8"):
-        OffPolicyDataModule(env, CollectorOptions(num_envs=8, frames_per_batch=16), ReplayOptions(buffer_size=4))
+        OffPolicyDataModule(env, CollectorOptions(num_envs=8, frames_per_batch=16),
+                            ReplayOptions(buffer_size=4, batch_size=4))
+    with pytest.raises(ValueError, match=r"batch_size=128 is larger than data\.replay_buffer\.buffer_size=64"):
+        ReplayOptions(buffer_size=64)
     data = OffPolicyDataModule(env, CollectorOptions(num_envs=2, frames_per_batch=16), ReplayOptions(batch_size=32))
     assert (data.num_envs, data.frames_per_batch, data.replay_options.batch_size) == (2, 16, 32)
 

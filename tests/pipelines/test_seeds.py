@@ -13,8 +13,9 @@ import time
 import matplotlib.image
 import pytest
 
+import pipelines.seed_fits as seed_fits
 import pipelines.seeds as seeds
-from pipelines.fit import fit_settings
+from pipelines.fit_settings import fit_settings
 from pipelines.scalars import read_scalars
 from pipelines.settings import describe_diff, settings_diff
 from tests.pipelines.conftest import REPO, run_module
@@ -131,12 +132,58 @@ def test_sigterm_stops_the_fits_and_leaves_no_orphan(tmp_path):
         assert not (out / f"seed_{seed}" / "finished").exists()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; the parent-death signal is Linux's")
+def test_sigkill_of_the_command_takes_its_fits_with_it(tmp_path):
+    """SIGKILL to ``--parallel 2`` (no handler can run): both fits get SIGTERM from the kernel as their parent dies,
+    stop within seconds and say so in their logs; a rerun then names their folders unfinished (they were)."""
+    out = tmp_path / "study"
+    command = ["--config", CARTPOLE, "--seeds", "1", "2", "--parallel", "2", "--out", str(out), *TINY]
+    proc = subprocess.Popen([sys.executable, "-m", "pipelines.seeds", *command,
+                             "--data.init_args.total_frames=10000000"], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        deadline = time.monotonic() + 300
+        while not all(any((out / f"seed_{seed}").rglob("config.yaml")) for seed in (1, 2)):  # both fits training
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.5)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 15
+        while _processes_naming(str(out)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        orphans = _processes_naming(str(out))
+        for pid in orphans:
+            os.kill(pid, signal.SIGKILL)
+    assert not orphans, f"fits outlived the killed command: {orphans}"
+    for seed in (1, 2):
+        assert "training stopped by SIGTERM" in (out / f"seed_{seed}" / "fit.log").read_text()
+    rerun = run_module("pipelines.seeds", *command, "--data.init_args.total_frames=10000000", timeout=300)
+    assert rerun.returncode == 2 and "holds an unfinished run of seed 1" in rerun.stderr, rerun.stderr[-2000:]
+
+
+def test_a_run_that_reached_its_budget_is_finished_without_the_mark(tmp_path):
+    """A seed whose fit trained its ``total_frames`` but whose command died before marking it (a killed command,
+    an older orphan) is read back, not refused as unfinished."""
+    out = tmp_path / "study"
+    command = ["--config", CARTPOLE, "--seeds", "1", "--out", str(out), *TINY]
+    first = run_module("pipelines.seeds", *command, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (out / "seed_1" / "finished").unlink()
+    again = run_module("pipelines.seeds", *command, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "seed 1: finished under the same settings, read back" in again.stderr
+    assert json.loads(again.stdout.strip().splitlines()[-1]) == json.loads(first.stdout.strip().splitlines()[-1])
+    assert (out / "seed_1" / "finished").is_file()
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_waits_for_the_fits_and_keeps_the_finished_ones(tmp_path, monkeypatch, signum):
     """Stand-in fits that ignore the signal: the one that then ends with status 0 is marked finished, the one that
-    does not end is killed :data:`pipelines.seeds.STOP_WAIT_S` seconds after the signal; the command exits with
+    does not end is killed :data:`pipelines.seed_fits.STOP_WAIT_S` seconds after the signal; the command exits with
     128 + the signal's number."""
-    monkeypatch.setattr(seeds, "STOP_WAIT_S", 4.0)
+    monkeypatch.setattr(seed_fits, "STOP_WAIT_S", 4.0)
     sleeps = {1: 1.5, 2: 600.0}
 
     def stand_in(configs, seed, folder, overrides):
@@ -145,7 +192,7 @@ def test_a_signal_waits_for_the_fits_and_keeps_the_finished_ones(tmp_path, monke
                 f"open(os.path.join({folder!r}, 'ready'), 'w').write(str(os.getpid())); time.sleep({sleeps[seed]})")
         return [sys.executable, "-c", code]
 
-    monkeypatch.setattr(seeds, "fit_command", stand_in)
+    monkeypatch.setattr(seed_fits, "fit_command", stand_in)
     out = tmp_path / "study"
 
     def signal_when_ready() -> None:

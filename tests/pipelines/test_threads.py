@@ -65,8 +65,9 @@ def test_processes_side_by_side_sleep_at_once_unless_the_user_chose(monkeypatch,
 @pytest.mark.parametrize("parallel", [1, 2])
 def test_seeds_run_side_by_side_with_sleeping_threads(monkeypatch, tmp_path, parallel):
     """``pipelines.seeds --parallel N`` (N > 1) starts its fits with ``side_by_side_env``; one at a time keeps the
-    environment (the fits spin as usual)."""
-    from pipelines import seeds
+    environment (the fits spin as usual). Every fit is handed the command's process id (it dies with it)."""
+    from pipelines import seed_fits
+    from pipelines.stop_signals import PARENT_ENV
 
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
@@ -81,9 +82,10 @@ def test_seeds_run_side_by_side_with_sleeping_threads(monkeypatch, tmp_path, par
         def poll(self):
             return 0
 
-    monkeypatch.setattr(seeds.subprocess, "Popen", Done)
+    monkeypatch.setattr(seed_fits.subprocess, "Popen", Done)
     folders = {s: str(tmp_path / f"seed_{s}") for s in (1, 2)}
-    assert seeds._run(["cfg.yaml"], [1, 2], folders, parallel, [], {}) == []
+    assert seed_fits.run_fits(["cfg.yaml"], [1, 2], folders, parallel, [], {}) == []
     assert len(started) == 2
     for env in started:
-        assert (env is None) if parallel == 1 else (env["OMP_WAIT_POLICY"] == "PASSIVE")
+        assert env[PARENT_ENV] == str(os.getpid())  # each fit dies with the command
+        assert ("OMP_WAIT_POLICY" not in env) if parallel == 1 else (env["OMP_WAIT_POLICY"] == "PASSIVE")

@@ -152,6 +152,8 @@ def _bomb(path) -> None:
 @pytest.mark.parametrize("kind,needle", [
     ("bomb", "expands to more than 100,000 YAML nodes"), ("binary", "not a text file"),
     ("fifo", "not a regular file"), ("large", "a config is at most 1,048,576"), ("recursive", "expands to more than"),
+    ("deep", "nested deeper than 64 levels"), ("deep block", "nested deeper than 64 levels"),
+    ("duplicate", "key 'lr' is given twice in one mapping (lines 3 and 4)"),
 ])
 def test_config_files_that_never_end_are_refused_before_they_are_read(tmp_path, capsys, kind, needle):
     path = tmp_path / "c.yaml"
@@ -163,10 +165,32 @@ def test_config_files_that_never_end_are_refused_before_they_are_read(tmp_path, 
         os.mkfifo(path)
     elif kind == "large":
         path.write_text("model: [" + "1, " * 400_000 + "1]\n")
+    elif kind == "deep":  # 50,000 levels: YAML's composer recursed into a RecursionError
+        path.write_text("model: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    elif kind == "deep block":
+        path.write_text("".join(f"{' ' * i}k{i}:\n" for i in range(100)) + " " * 100 + "v: 1\n")
+    elif kind == "duplicate":  # a YAML loader keeps the last one silently
+        path.write_text("model:\n  init_args:\n    lr: 0.1\n    lr: 0.2\n")
     else:
         path.write_text("a: &a [*a]\n")
     line = _refused(capsys, "--config", CARTPOLE, "--config", str(path))
     assert needle in line and str(path) in line, line
+
+
+def test_null_on_the_command_line_for_a_nullable_key_of_a_nested_class(tmp_path):
+    """``--data.init_args.env.init_args.capacity=null`` (and ``--key null``) sets the key to null, as YAML does (it was
+    refused with "Expected a float": jsonargparse hands nested values on as text); a key that is not nullable is
+    still refused in one line."""
+    from pipelines.fit_settings import fit_settings
+
+    smoke = str(REPO / "configs" / "dvrp_smoke.yaml")
+    env = fit_settings(["--config", smoke, "--data.init_args.env.init_args.capacity=null",
+                        "--data.init_args.env.init_args.refusal_mask_threshold=0.3",
+                        "--data.init_args.env.init_args.refusal_mask_threshold", "null"])["data"]["init_args"]["env"]
+    assert env["init_args"]["capacity"] is None and env["init_args"]["refusal_mask_threshold"] is None
+    assert env["init_args"]["num_customers"] == 30  # the rest of the section kept
+    with pytest.raises(ValueError, match=r"env.init_args.num_vehicles: null is not allowed \(expected int"):
+        fit_settings(["--config", smoke, "--data.init_args.env.init_args.num_vehicles=null"])
 
 
 def test_a_config_names_only_what_a_run_may_call(tmp_path, capsys, monkeypatch):
