@@ -1,0 +1,129 @@
+"""The batched local search on the insertion oracle's plan (``envs.dvrp.local_search``): every plan it returns is
+feasible in exact arithmetic (checked by an independent walk of every route), serves the same customers, is never
+longer and is paid as the sum of its legs; with full neighbourhoods it leaves no improving move between routes that a
+brute-force search finds; it reads nothing back from the device."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from benchmarks.host_reads import HostReads
+from envs.dvrp import local_search
+from envs.dvrp.oracle import DUE, NODE, READY, SERVICE, X, Y, InsertionOracle
+
+HORIZON = 1000.0
+
+
+def _day(b: int, n: int, m: int, seed: int, dtype: torch.dtype, capacity: float, fleet: int | None = None):
+    """An insertion plan of ``n`` random requests per row (each offered its one window, accepted where feasible)."""
+    g = torch.Generator().manual_seed(seed)
+    xy = torch.rand(b, n, 2, generator=g, dtype=dtype) * 100
+    ready = torch.rand(b, n, generator=g, dtype=dtype) * 700
+    width = 60 + torch.rand(b, n, generator=g, dtype=dtype) * 240
+    demand = torch.randint(1, 10, (b, n), generator=g).to(dtype)
+    oracle = InsertionOracle(b, m, n, dtype=dtype)
+    oracle.reset(torch.ones(b, dtype=torch.bool), torch.full((b, 2), 50.0, dtype=dtype),
+                 torch.full((b,), HORIZON, dtype=dtype), torch.full((b,), capacity, dtype=dtype),
+                 torch.full((b,), m if fleet is None else fleet))
+    for t in range(n):
+        windows = torch.stack([ready[:, t], ready[:, t] + width[:, t]], -1).unsqueeze(1)
+        quote = oracle.quote(torch.full((b,), t), xy[:, t], demand[:, t], torch.full((b,), 10.0, dtype=dtype),
+                             windows)
+        oracle.commit(torch.zeros(b, dtype=torch.long), quote.feasible[:, 0])
+    return oracle, xy, demand.t().contiguous()
+
+
+def _routes(plan: torch.Tensor, length: torch.Tensor, row: int) -> list[list[int]]:
+    return [[int(plan[NODE, p, m, row]) for p in range(1, int(length[m, row]) + 1)] for m in range(plan.shape[2])]
+
+
+def _walk(route: list[int], nodes: dict, depot: tuple, slack: float = 0.0) -> float | None:
+    """The km of ``route`` if it is feasible with ``slack`` to spare at every window and at the horizon, else None."""
+    t, (px, py), km = 0.0, depot, 0.0
+    for c in route:
+        x, y, ready, due, service = nodes[c]
+        d = math.hypot(x - px, y - py)
+        t, km = max(t + d, ready), km + d
+        if t > due - slack:
+            return None
+        t, px, py = t + service, x, y
+    d = math.hypot(depot[0] - px, depot[1] - py) if route else 0.0
+    return km + d if t + d <= HORIZON - slack else None
+
+
+def _nodes(plan: torch.Tensor, row: int) -> dict:
+    """Each routed customer's (x, y, agreed window, service) as plain floats."""
+    found = {}
+    for p, m in itertools.product(range(plan.shape[1]), range(plan.shape[2])):
+        c = int(plan[NODE, p, m, row])
+        if c >= 0:
+            found[c] = tuple(float(plan[ch, p, m, row]) for ch in (X, Y, READY, DUE, SERVICE))
+    return found
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("n, m, capacity, fleet", [(30, 3, 60.0, None), (20, 4, 25.0, 3), (40, 2, 1000.0, None)])
+def test_every_improved_plan_is_feasible_shorter_and_serves_the_same_customers(dtype, n, m, capacity, fleet):
+    oracle, xy, demand = _day(32, n, m, seed=n + m, dtype=dtype, capacity=capacity, fleet=fleet)
+    before = local_search.plan_cost(oracle.plan)
+    plan, length, load = local_search.improve(oracle.plan, oracle.length, oracle.load, oracle.capacity, demand,
+                                              local_search.neighbours(xy, 8), passes=12, margin=oracle.margin)
+    after = local_search.plan_cost(plan)
+    assert bool((after <= before).all()) and float((before - after).mean()) > 0.05 * float(before.mean())
+    depot = (50.0, 50.0)
+    for row in range(32):
+        nodes, routes = _nodes(plan, row), _routes(plan, length, row)
+        assert sorted(c for r in routes for c in r) == sorted(_nodes(oracle.plan, row))  # the same customers
+        km = [_walk(r, nodes, depot) for r in routes]
+        assert None not in km, f"row {row}: an infeasible route in {routes}"
+        assert sum(km) == pytest.approx(float(after[row]), rel=1e-4, abs=1e-3)
+        for v, r in enumerate(routes):
+            assert sum(float(demand[c, row]) for c in r) == pytest.approx(float(load[v, row]))
+            assert not r or float(load[v, row]) <= float(oracle.capacity[v, row])  # (out of the fleet: -1, empty)
+
+
+def test_no_improving_move_between_routes_is_left_with_full_neighbourhoods():
+    """Tiny plans, every customer a neighbour of every other, many passes: a brute force over every relocate,
+    exchange and 2-opt* between two routes (feasible with twice the margin to spare, as the search requires) finds
+    nothing shorter by more than the search's tolerance."""
+    n, m = 7, 3
+    oracle, xy, demand = _day(16, n, m, seed=5, dtype=torch.float64, capacity=25.0)
+    plan, length, load = local_search.improve(oracle.plan, oracle.length, oracle.load, oracle.capacity, demand,
+                                              local_search.neighbours(xy, n - 1), passes=40, margin=oracle.margin)
+    slack, tolerance = 2 * oracle.margin, 2e-3
+    for row in range(16):
+        nodes, routes = _nodes(plan, row), _routes(plan, length, row)
+
+        def total(candidate):
+            if any(sum(float(demand[c, row]) for c in r) > 25.0 for r in candidate):
+                return None
+            km = [_walk(r, nodes, (50.0, 50.0), slack) for r in candidate]
+            return None if None in km else sum(km)
+
+        now = sum(_walk(r, nodes, (50.0, 50.0)) for r in routes)
+        for a, b in itertools.permutations(range(m), 2):
+            ra, rb = routes[a], routes[b]
+            candidates = []
+            for i, j in itertools.product(range(len(ra)), range(len(rb) + 1)):  # relocate ra[i] into rb at j
+                candidates.append((ra[:i] + ra[i + 1:], rb[:j] + [ra[i]] + rb[j:]))
+            for i, j in itertools.product(range(len(ra)), range(len(rb))):  # exchange
+                candidates.append((ra[:i] + [rb[j]] + ra[i + 1:], rb[:j] + [ra[i]] + rb[j + 1:]))
+            for i, j in itertools.product(range(len(ra)), range(len(rb) + 1)):  # 2-opt*: ra up to i, then rb from j
+                candidates.append((ra[:i + 1] + rb[j:], rb[:j] + ra[i + 1:]))
+            for new_a, new_b in candidates:
+                others = [r for k, r in enumerate(routes) if k not in (a, b)]
+                km = total([new_a, new_b, *others])
+                assert km is None or km >= now - tolerance, f"row {row}: {routes} -> {new_a}, {new_b}: {km} < {now}"
+
+
+def test_a_pass_reads_nothing_back():
+    oracle, xy, demand = _day(8, 12, 2, seed=1, dtype=torch.float32, capacity=60.0)
+    near = local_search.neighbours(xy, 4)
+    with HostReads() as reads:
+        local_search.improve(oracle.plan, oracle.length, oracle.load, oracle.capacity, demand, near, passes=3,
+                             margin=oracle.margin)
+    assert reads.total == 0, reads.sites.most_common(5)
