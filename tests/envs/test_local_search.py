@@ -13,7 +13,7 @@ import torch
 
 from benchmarks.host_reads import HostReads
 from envs.dvrp import local_search
-from envs.dvrp.oracle import DUE, NODE, READY, SERVICE, X, Y, InsertionOracle
+from envs.dvrp.oracle import DUE, NODE, READY, SERVICE, InsertionOracle, X, Y
 
 HORIZON = 1000.0
 
