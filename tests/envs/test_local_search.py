@@ -55,6 +55,14 @@ def _walk(route: list[int], nodes: dict, depot: tuple, slack: float = 0.0) -> fl
     return km + d if t + d <= HORIZON - slack else None
 
 
+def _total(routes: list[list[int]], nodes: dict, loads: dict, capacity: float, slack: float) -> float | None:
+    """The km of a candidate plan if every route fits the capacity and is feasible with ``slack``, else None."""
+    if any(sum(loads[c] for c in r) > capacity for r in routes):
+        return None
+    km = [_walk(r, nodes, (50.0, 50.0), slack) for r in routes]
+    return None if None in km else sum(km)
+
+
 def _nodes(plan: torch.Tensor, row: int) -> dict:
     """Each routed customer's (x, y, agreed window, service) as plain floats."""
     found = {}
@@ -97,13 +105,7 @@ def test_no_improving_move_between_routes_is_left_with_full_neighbourhoods():
     slack, tolerance = 2 * oracle.margin, 2e-3
     for row in range(16):
         nodes, routes = _nodes(plan, row), _routes(plan, length, row)
-
-        def total(candidate):
-            if any(sum(float(demand[c, row]) for c in r) > 25.0 for r in candidate):
-                return None
-            km = [_walk(r, nodes, (50.0, 50.0), slack) for r in candidate]
-            return None if None in km else sum(km)
-
+        loads = {c: float(demand[c, row]) for c in nodes}
         now = sum(_walk(r, nodes, (50.0, 50.0)) for r in routes)
         for a, b in itertools.permutations(range(m), 2):
             ra, rb = routes[a], routes[b]
@@ -116,7 +118,7 @@ def test_no_improving_move_between_routes_is_left_with_full_neighbourhoods():
                 candidates.append((ra[:i + 1] + rb[j:], rb[:j] + ra[i + 1:]))
             for new_a, new_b in candidates:
                 others = [r for k, r in enumerate(routes) if k not in (a, b)]
-                km = total([new_a, new_b, *others])
+                km = _total([new_a, new_b, *others], nodes, loads, 25.0, slack)
                 assert km is None or km >= now - tolerance, f"row {row}: {routes} -> {new_a}, {new_b}: {km} < {now}"
 
 
