@@ -5,7 +5,9 @@ over single-instance envs measured in the same run, peak memory, and the full ``
         [--loop_batch_sizes 64 1024] [--fit_batches 4] [--skip_fit]
 
 Env-only: N=30, M=2, S=3, insertion oracle, random feasible actions drawn outside the timed region;
-each timed call is ``env.step_and_maybe_reset`` (the step with observation, mask and the resets).
+each timed call is ``env.step_and_maybe_reset`` (the step with observation, mask and the resets). ``improved``: the
+same with the plan improved by local search after every booking and re-optimised at the cut-off (``IMPROVED``),
+and ``improvement_speed_ratio``, its frames/s over the plain env's at the same B, measured in the same run.
 ``fit.over_env_only_B256``: the fit loop's frames/s over the env-only frames/s at B = 256 on one thread
 (the headline config's batch). Prints one JSON object (last stdout line).
 """
@@ -30,6 +32,7 @@ import torch  # noqa: E402
 from envs.dvrp import DVRPConfig  # noqa: E402
 
 CONFIG = dict(num_customers=30, num_vehicles=2, max_shift=3)
+IMPROVED = dict(improve_every=1, improve_passes=1, cutoff_sweeps=4)  # the plan improved as the env can pay it
 
 
 def random_feasible(td, generator: torch.Generator) -> torch.Tensor:
@@ -37,9 +40,10 @@ def random_feasible(td, generator: torch.Generator) -> torch.Tensor:
     return torch.multinomial(td["action_mask"].float(), 1, generator=generator).squeeze(-1)
 
 
-def env_frames_per_s(batch_size: int, steps: int, warmup: int = 30) -> float:
-    """Frames/s of ``step_and_maybe_reset`` on one batched env of ``batch_size`` rows."""
-    env = DVRPConfig(**CONFIG).make(num_envs=batch_size, seed=0)
+def env_frames_per_s(batch_size: int, steps: int, warmup: int = 30, **improvement) -> float:
+    """Frames/s of ``step_and_maybe_reset`` on one batched env of ``batch_size`` rows (``improvement``: the local
+    search's keys, e.g. ``improve_every=1, cutoff_sweeps=4``)."""
+    env = DVRPConfig(**CONFIG, **improvement).make(num_envs=batch_size, seed=0)
     generator = torch.Generator().manual_seed(0)
     td = env.reset()
     elapsed = 0.0
@@ -92,6 +96,8 @@ def main() -> None:
     parser.add_argument("--loop_steps", type=int, default=3)
     parser.add_argument("--fit_batches", type=int, default=4)
     parser.add_argument("--skip_fit", action="store_true")
+    parser.add_argument("--improved_batch_sizes", type=int, nargs="*", default=[1024],
+                        help="batch sizes also timed with the plan improved (IMPROVED), one thread")
     args = parser.parse_args()
     result: dict = {"machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                                 "torch": torch.__version__}, "config": CONFIG, "env": {}, "loop": {}, "ratio": {}}
@@ -103,6 +109,13 @@ def main() -> None:
                                                         "peak_rss_mb": round(peak_rss_mb())}
             print(f"env B={b} threads={threads}: {fps:,.0f} frames/s", file=sys.stderr)
     torch.set_num_threads(1)
+    result["improved"] = {"settings": IMPROVED}
+    for b in args.improved_batch_sizes:  # (each step: one pass around the booking; the cut-off's sweeps included)
+        fps = env_frames_per_s(b, args.steps, **IMPROVED)
+        plain = result["env"].get(f"B={b},threads=1", {}).get("frames_per_s") or env_frames_per_s(b, args.steps)
+        result["improved"][f"B={b},threads=1"] = {"frames_per_s": round(fps),
+                                                   "improvement_speed_ratio": round(fps / plain, 4)}
+        print(f"env B={b} improved: {fps:,.0f} frames/s ({fps / plain:.3f} of the plain env's)", file=sys.stderr)
     for b in args.loop_batch_sizes:
         fps = loop_frames_per_s(b, args.loop_steps)
         result["loop"][f"B={b}"] = {"frames_per_s": round(fps)}

@@ -72,6 +72,18 @@ class DVRPConfig(EnvConfig):
             for ``callbacks.FlexibilityUpdate``, which retrains the model during the run.
         refusal_mask_threshold: with ``flexibility``, offers whose predicted refusal probability
             P(k < |s| | x) exceeds it are masked, on top of the feasibility mask (reject is never masked).
+        improve_every: the tentative plan is improved after every ``improve_every``-th booking (every row of the
+            batch at the same steps) by ``improve_passes`` passes of batched local search around the request just
+            booked (:mod:`envs.dvrp.local_search`); 0 never improves it.
+        improve_passes: passes per improvement (each applies at most one move per row).
+        cutoff_sweeps: at the cut-off (a day's last request) the whole plan is re-optimised by this many sweeps of
+            local search over every customer: the plan the operator drives. The reward pays the plan after the
+            insertion and every improvement, so a day's return is ``served_reward`` x served - the driven plan's
+            km. ``improve_every: 0`` and ``cutoff_sweeps: 0`` pay the never-improved insertion plan (the payment
+            of the figures before 2026-11-28, and still the default until the configs are retrained under the new
+            one).
+        neighbourhood: K, each customer's nearest customers the local search moves it next to (granular
+            neighbourhoods).
 
     Raises:
         ValueError: a key out of its allowed range (the message names the key), or a ``flexibility`` that is
@@ -101,6 +113,10 @@ class DVRPConfig(EnvConfig):
     dtype: Literal["float32", "float64"] = "float32"
     flexibility: Callable[[int, int], CustomerModel] | None = None
     refusal_mask_threshold: float | None = None
+    improve_every: int = 0
+    improve_passes: int = 1
+    cutoff_sweeps: int = 0
+    neighbourhood: int = 8
 
     def __post_init__(self) -> None:
         """Check every key (before any work), then derive the sizes and the instance source."""
@@ -134,7 +150,15 @@ class DVRPConfig(EnvConfig):
         """The cost oracle's keys; the neural oracle's checkpoint must exist."""
         require(self.oracle in ("insertion", "neural"), "oracle", self.oracle, "one of: insertion, neural")
         require(self.oracle_augment >= 1, "oracle_augment", self.oracle_augment, "must be >= 1")
+        for key in ("improve_every", "improve_passes", "cutoff_sweeps"):
+            require(isinstance(getattr(self, key), int) and getattr(self, key) >= 0, key, getattr(self, key),
+                    "an integer >= 0")
+        require(isinstance(self.neighbourhood, int) and self.neighbourhood >= 1, "neighbourhood", self.neighbourhood,
+                "an integer >= 1")
         if self.oracle == "neural":
+            require(self.improve_every == 0 and self.cutoff_sweeps == 0, "improve_every",
+                    (self.improve_every, self.cutoff_sweeps), "0 with cutoff_sweeps: 0 under oracle: neural (the "
+                    "local search improves the insertion oracle's plan)")
             require(len(self.sizes) == 1, "num_customers", [n for n, _ in self.sizes],
                     "one size with oracle: neural (its routing policy is trained for one N)")
             require(self.oracle_checkpoint is not None, "oracle_checkpoint", self.oracle_checkpoint,

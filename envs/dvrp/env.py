@@ -54,6 +54,10 @@ class DVRPParameters(Protocol):
     oracle_augment: int
     source: InstanceGenerator | FileInstances  # draws the instances
     refusal_mask_threshold: float | None
+    improve_every: int  # bookings between improvements of the tentative plan (0: never)
+    improve_passes: int
+    cutoff_sweeps: int  # local-search sweeps of the whole plan at the cut-off
+    neighbourhood: int
 
     @property
     def num_types(self) -> int:
@@ -148,7 +152,7 @@ class DVRPEnv(NativeBatchedEnv):
             self.oracle: CostOracle = NeuralOracle(b, m, n, routing_policy, device=dev, dtype=self.dtype,
                                                    num_augment=config.oracle_augment)
         else:
-            self.oracle = InsertionOracle(b, m, n, device=dev, dtype=self.dtype)
+            self.oracle = InsertionOracle(b, m, n, device=dev, dtype=self.dtype, neighbourhood=config.neighbourhood)
         self.oracle.checks = self.checks  # deferred with the env's (no host read per step on a GPU)
         self.type_mix = torch.tensor(config.type_mix, dtype=torch.float32, device=dev)
         self.sizes = torch.tensor(config.sizes, dtype=torch.long, device=dev)  # [P, 2]: (N, M) pairs
@@ -271,7 +275,9 @@ class DVRPEnv(NativeBatchedEnv):
         self.agreed = torch.where(rows.view(-1, 1, 1), 0.0, self.agreed)
         self.counts = torch.where(rows.unsqueeze(-1), 0.0, self.counts)
         inst = self.instances
-        self.oracle.reset(rows, inst["depot"], inst["horizon"], inst["capacity"], self.fleet)
+        improves = self.config.improve_every or self.config.cutoff_sweeps  # (its neighbourhoods, from the day's xy)
+        self.oracle.reset(rows, inst["depot"], inst["horizon"], inst["capacity"], self.fleet,
+                          xy=inst["xy"] if improves else None)
         unseen = torch.zeros_like(self.table[0])
         unseen[:, -3 + UNSEEN] = 1.0
         self.table = torch.where(rows.view(-1, 1, 1), unseen, self.table)
@@ -293,7 +299,7 @@ class DVRPEnv(NativeBatchedEnv):
         offered = action < w
         window = action.clamp_max(w - 1)
         delta = self.oracle.commit(window, accept)
-        reward = self.config.served_reward * accept - delta
+        reward = self.config.served_reward * accept - delta + self._improve(size)
         agreed = self.windows.gather(1, window.view(-1, 1, 1).expand(-1, 1, 2)).squeeze(1) * accept.unsqueeze(-1)
         self.agreed.view(-1, 2).index_copy_(0, flat, agreed)
         self.counts = self.counts + torch.stack([accept, offered & ~accept], -1)
@@ -320,6 +326,23 @@ class DVRPEnv(NativeBatchedEnv):
         return out
 
     # ------------------------------------------------------------------ helpers
+    def _improve(self, size: Tensor) -> Tensor | float:
+        """The km the local search saves after this step's booking (:mod:`envs.dvrp.local_search`): the tentative
+        plan improved around the request in the rows whose booking count is a multiple of ``improve_every``, and the
+        whole plan re-optimised in the rows at their cut-off (their day's last request). Which rows is known on the
+        CPU for free; on an accelerator (deferred checks: no host read) the passes run every step, masked."""
+        cfg, booked = self.config, self.t + 1
+        saved = 0.0
+        if cfg.improve_every:
+            due = booked.remainder(cfg.improve_every) == 0
+            if self.checks.defer or bool(due.any()):
+                saved = self.oracle.improve(cfg.improve_passes, due)
+        if cfg.cutoff_sweeps:
+            cutoff = booked >= size
+            if self.checks.defer or bool(cutoff.any()):
+                saved = saved + self.oracle.reoptimise(cutoff, cfg.cutoff_sweeps)
+        return saved
+
     def _quote(self) -> None:
         """Price the current request under every shift; refresh ``windows``, ``mask`` and ``offer_cost``."""
         n = self.config.num_customers

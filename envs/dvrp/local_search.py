@@ -6,7 +6,8 @@ vehicle routing problem with time windows: minimizing route duration", ORSA J. C
 al. 2013, "A hybrid genetic algorithm with adaptive diversity management for a large class of vehicle routing
 problems with time windows", Computers & Operations Research 40(1)):
 
-* **relocate**: a customer moved to another place in its own route or in another route;
+* **relocate**: a customer, or a segment of 2-3 consecutive customers (or-opt), moved to another place in its own
+  route or in another route;
 * **exchange**: two customers of different routes swapped;
 * **2-opt\\***: the tails of two routes swapped after a customer of each (a tail to an empty vehicle splits a route,
   one appended after the last customer of another joins two);
@@ -15,7 +16,7 @@ restricted to **granular neighbourhoods** (Toth and Vigo 2003): a customer is on
 customers (or to the start of a route), so a pass costs O(B·N·K), not O(B·N²·M²). The best improving move of each row
 (its plan-cost decrease, km) is applied where it improves by more than a tolerance; rows without one keep their plan.
 
-Every move is checked with the forward / backward slack arithmetic of the insertion oracle (:func:`envs.dvrp.oracle
+Every move is checked with the forward / backward slack arithmetic of the insertion oracle (:func:`envs.dvrp.plan
 .schedule`: earliest start ``START`` and latest start ``LATEST`` per position), with its safety ``margin`` on every
 comparison, so that every plan it returns is feasible in exact arithmetic (windows, capacity, back at the depot by
 the horizon). A move within one route is judged on the route as it is (the earliest starts before the move and the
@@ -27,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from envs.dvrp.oracle import DUE, LATEST, LEG, NODE, READY, SERVICE, START, X, Y, schedule
+from envs.dvrp.plan import DUE, LATEST, LEG, NODE, READY, SERVICE, START, X, Y, schedule
 
 _IMPROVES = 1e-3  # km: a move must shorten the plan by more than this (float32 rounding of a move's km is below)
 _OFF = 1.0e9  # the cost of a candidate that is not allowed
@@ -42,8 +43,10 @@ def neighbours(xy: Tensor, k: int) -> Tensor:
 
 
 def improve(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, demand: Tensor, near: Tensor,
-            passes: int, margin: float) -> tuple[Tensor, Tensor, Tensor]:
-    """``passes`` passes of the local search (see the module docstring) on every row.
+            passes: int, margin: float, focus: Tensor | None = None, segments: tuple[int, ...] = (1, 2, 3)
+            ) -> tuple[Tensor, Tensor, Tensor]:
+    """``passes`` passes of the local search (see the module docstring) on every row, moving the customers
+    ``focus`` (all by default).
 
     Args:
         plan: ``[9, L, M, B]`` the oracle's plan tensor (channels of :mod:`envs.dvrp.oracle`); NODE holds each
@@ -51,12 +54,32 @@ def improve(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, demand
         length: int64 ``[M, B]`` customers per route. load: ``[M, B]``. capacity: ``[M, B]`` (-1 out of the day's
             fleet: nothing fits). demand: ``[N, B]`` each customer's demand. near: int64 ``[K, N, B]``
             (:func:`neighbours`). margin: the oracle's safety margin (time units).
+        focus: int64 ``[U, B]``: the customers whose moves are tried (-1: none), e.g. the one just booked and its
+            neighbours; a pass costs O(B·U·K) and applies one move per row.
+        segments: the lengths of the segments a relocate moves (1: the customer alone; 2, 3: or-opt).
 
     Returns:
         The improved plan, lengths and loads (new tensors; the plan cost is the sum of its ``LEG`` channel).
     """
+    if focus is None:
+        focus = torch.arange(demand.shape[0], device=plan.device).view(-1, 1).expand(-1, plan.shape[-1])
     for _ in range(passes):
-        plan, length, load = _one_pass(plan, length, load, capacity, demand, near, margin)
+        plan, length, load = _one_pass(plan, length, load, capacity, demand, near, margin, focus, segments)
+    return plan, length, load
+
+
+def sweep(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, demand: Tensor, near: Tensor,
+          sweeps: int, margin: float, chunk: int = 8, segments: tuple[int, ...] = (1, 2, 3)
+          ) -> tuple[Tensor, Tensor, Tensor]:
+    """``sweeps`` sweeps over every customer, ``chunk`` customers per pass (one pass per chunk, in index order):
+    N / chunk moves per row per sweep for the cost of one pass over all customers (which applies one). The
+    re-optimisation of a whole plan (the day's cut-off). Arguments as :func:`improve`."""
+    n, b = demand.shape
+    ids = torch.arange(n, device=plan.device)
+    for _ in range(sweeps):
+        for first in range(0, n, chunk):
+            focus = ids[first:first + chunk].view(-1, 1).expand(-1, b)
+            plan, length, load = _one_pass(plan, length, load, capacity, demand, near, margin, focus, segments)
     return plan, length, load
 
 
@@ -66,60 +89,73 @@ def plan_cost(plan: Tensor) -> Tensor:
 
 
 def _one_pass(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, demand: Tensor, near: Tensor,
-              margin: float) -> tuple[Tensor, Tensor, Tensor]:
-    slots = _Slots(plan, length, load, capacity, demand, near)
-    moves = [_relocate(slots, margin), _exchange(slots, margin), _two_opt_star(slots, margin)]
+              margin: float, focus: Tensor, segments: tuple[int, ...]) -> tuple[Tensor, Tensor, Tensor]:
+    view = _View(plan, length, load, capacity, demand, near, focus)
+    moves = [_relocate(view, margin, segments), _exchange(view, margin), _two_opt_star(view, margin)]
     costs = torch.stack([m[0] for m in moves])  # [3, B] each kind's best
     best, kind = costs.min(0)
     better = best < -_IMPROVES
-    source = slots.identity
+    source = view.identity
     for index, (_, move_source) in enumerate(moves):
-        source = torch.where(better & (kind == index), move_source, source)
-    new, new_length, new_load = slots.rebuild(source)
+        source = torch.where(better & (kind == index), move_source(), source)
+    new, new_length, new_load = view.rebuild(source)
     keep = plan_cost(new) < plan_cost(plan) - _IMPROVES / 2  # (the plan's own km, recomputed: never longer)
     return (torch.where(keep, new, plan), torch.where(keep, new_length, length), torch.where(keep, new_load, load))
 
 
-class _Slots:
-    """One pass's view of the plan: every slot ``(p, m)`` flattened to ``s = p * M + m`` (``[9, L * M, B]``), where
-    each customer is, the neighbours' slots and the per-slot data the moves read."""
+# the per-customer features of a pass: the customer's own slot, its predecessor's and its successor's, its route's
+(CX, CY, READY_, DUE_, SERVICE_, START_, LATEST_, LEG_, PX, PY, PSTART, PSERVICE, PLEG, NX, NY, NLATEST, DEMAND,
+ ROUTE_LOAD, ROUTE_CAP, PREFIX) = range(20)
+
+
+class _View:
+    """One pass's view of the plan. Every slot ``(p, m)`` is flattened to ``s = p * M + m``; each customer's
+    features (:data:`CX` ...) are gathered once into ``[F, N, B]`` (its own slot, the slots before and after it, its
+    route's load and capacity, its route's load up to it), so a move's candidates read them with one gather from a
+    table of N rows, and the per-route ones (the start depot, the first and last customer, the end depot) into
+    ``[F, M, B]``."""
 
     def __init__(self, plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, demand: Tensor,
-                 near: Tensor) -> None:
-        self.plan, self.length, self.load, self.capacity, self.demand = plan, length, load, capacity, demand
+                 near: Tensor, focus: Tensor) -> None:
         _, big_l, m, b = plan.shape
-        self.L, self.M, self.B, self.N = big_l, m, b, demand.shape[0]
+        self.L, self.M, self.B, self.N, self.K, self.U = big_l, m, b, demand.shape[0], near.shape[0], focus.shape[0]
+        device = plan.device
         self.flat = plan.reshape(9, big_l * m, b)
-        self.route = torch.arange(big_l * m, device=plan.device).remainder(m).view(-1, 1)  # [LM, 1]
-        self.position = torch.arange(big_l * m, device=plan.device).div(m, rounding_mode="floor").view(-1, 1)
-        self.identity = self.position * m + self.route + torch.zeros(1, b, dtype=torch.long, device=plan.device)
+        slots = torch.arange(big_l * m, device=device).view(-1, 1)
+        self.route_of, self.position_of = slots.remainder(m), slots.div(m, rounding_mode="floor")  # [LM, 1]
+        self.identity = slots + torch.zeros(1, b, dtype=torch.long, device=device)
         node = plan[NODE].reshape(big_l * m, b).long()
-        # where each customer is: its slot, or -1 (not in the plan yet); slot of customer c at where[c]
-        where = torch.full((self.N + 1, b), -1, dtype=torch.long, device=plan.device)
-        self.where = where.scatter(0, node.clamp_min(-1).where(node >= 0, self.N), self.identity)[:-1]
-        self.near = near
-        # per-slot load before (and including) the slot, along its route (2-opt*'s prefix loads)
-        slot_demand = demand.gather(0, node.clamp_min(0)) * (node >= 0)
-        self.prefix = slot_demand.view(big_l, m, b).cumsum(0).view(big_l * m, b)
-        self.slot_demand = slot_demand
+        where = torch.full((self.N + 1, b), -1, dtype=torch.long, device=device)
+        slot = where.scatter(0, node.where(node >= 0, self.N), self.identity)[:-1]  # [N, B]; -1: not routed
+        route = slot.remainder(m)  # [N, B]
+        self.slot_demand = demand.gather(0, node.clamp_min(0)) * (node >= 0)  # [LM, B]
+        prefix = self.slot_demand.view(big_l, m, b).cumsum(0).view(big_l * m, b)
+        own = self._at(slot)
+        before, after = self._at(slot - m), self._at(slot + m)
+        per_route = [load.gather(0, route), capacity.gather(0, route), prefix.gather(0, slot.clamp_min(0))]
+        table = torch.stack([*(own[ch] for ch in (X, Y, READY, DUE, SERVICE, START, LATEST, LEG)),
+                             *(before[ch] for ch in (X, Y, START, SERVICE, LEG)),
+                             *(after[ch] for ch in (X, Y, LATEST)), demand, *per_route])  # [F, N, B]
+        # the customers moved this pass (u, the focus) and their neighbours
+        ids = focus.clamp_min(0)
+        self.customers = table.gather(1, ids.unsqueeze(0).expand(table.shape[0], -1, -1))  # [F, U, B]
+        self.slot = slot.gather(0, ids).where(focus >= 0, -1)  # [U, B]
+        self.routed, self.route = self.slot >= 0, self.slot.remainder(m)
+        near = near.gather(1, ids.unsqueeze(0).expand(self.K, -1, -1))  # [K, U, B]
+        self.near_slot = slot.gather(0, near.reshape(-1, b)).view(near.shape)  # [K, U, B]
+        self.near_route = self.near_slot.remainder(m)
+        self.neighbour = table.gather(1, near.reshape(1, -1, b).expand(table.shape[0], -1, -1)
+                                      ).view(-1, *near.shape)  # [F, K, U, B]
+        routes = torch.arange(m, device=device).view(-1, 1).expand(-1, b)
+        self.end_slot = (length + 1) * m + routes  # [M, B]
+        self.first, self.last = self._at(routes + m), self._at(length * m + routes)  # [9, M, B]
+        self.start_depot, self.end_depot = self._at(routes), self._at(self.end_slot)
+        self.load, self.capacity = load, capacity
 
-    def field(self, channel: int, slot: Tensor) -> Tensor:
-        """Channel ``channel`` at the slots ``slot`` (any shape ``[..., B]``; -1 reads slot 0)."""
-        flat_index = slot.clamp_min(0).reshape(-1, self.B)
-        return self.flat[channel].gather(0, flat_index).view(slot.shape)
-
-    def of(self, table: Tensor, slot: Tensor) -> Tensor:
-        """A per-slot table ``[L * M, B]`` at the slots ``slot``."""
-        return table.gather(0, slot.clamp_min(0).reshape(-1, self.B)).view(slot.shape)
-
-    def step(self, slot: Tensor, offset: int) -> Tensor:
-        """The slot ``offset`` positions along the same route (positions clamped to the plan)."""
-        position = (slot.div(self.M, rounding_mode="floor") + offset).clamp(0, self.L - 1)
-        return position * self.M + slot.remainder(self.M)
-
-    def per_route(self, table: Tensor, slot: Tensor) -> Tensor:
-        """A per-route table ``[M, B]`` at the routes of ``slot``."""
-        return table.gather(0, slot.clamp_min(0).remainder(self.M).reshape(-1, self.B)).view(slot.shape)
+    def _at(self, slot: Tensor) -> Tensor:
+        """Every channel at ``slot`` (``[..., B]``; -1 reads slot 0): ``[9, ..., B]``."""
+        index = slot.clamp(0, self.L * self.M - 1).reshape(1, -1, self.B).expand(9, -1, -1)
+        return self.flat.gather(1, index).view(9, *slot.shape)
 
     def rebuild(self, source: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The plan whose slot s holds the old slot ``source[s]`` (``[L * M, B]``), its schedule recomputed, with
@@ -128,8 +164,7 @@ class _Slots:
         node = node.view(START, self.L, self.M, self.B)
         leg, start, latest = schedule(node[X], node[Y], node[READY], node[DUE], node[SERVICE])
         plan = torch.cat([node, torch.stack([start, latest, leg])])
-        customers = plan[NODE] >= 0
-        length = customers.sum(0)
+        length = (plan[NODE] >= 0).sum(0)
         load = self.slot_demand.gather(0, source).view(self.L, self.M, self.B).sum(0)
         return plan, length, load
 
@@ -139,139 +174,176 @@ def _distance(xa: Tensor, ya: Tensor, xb: Tensor, yb: Tensor) -> Tensor:
     return torch.sqrt(dx * dx + dy * dy)
 
 
-def _fits(s: _Slots, before: Tensor, x: Tensor, y: Tensor, ready: Tensor, due: Tensor, service: Tensor,
-          after: Tensor, margin: float) -> Tensor:
-    """Whether a customer (``x, y, ready, due, service``) fits between the slots ``before`` and ``after`` of a plan:
-    service can start in its window after ``before`` (its earliest start), and ``after`` can still start by its
-    latest start (the insertion oracle's test)."""
-    arrive = s.field(START, before) + s.field(SERVICE, before) + _distance(
-        s.field(X, before), s.field(Y, before), x, y) + margin
-    bound = s.field(LATEST, after) - service - _distance(x, y, s.field(X, after), s.field(Y, after)) - margin
+def _fits(arrive: Tensor, bound: Tensor, ready: Tensor, due: Tensor) -> Tensor:
+    """The insertion oracle's test: service can start in [ready, due] at ``arrive`` (margin included) or later,
+    and by ``bound`` (the latest start that keeps the next node on time, margin included)."""
     return (torch.maximum(arrive, ready) <= torch.minimum(due, bound)) & (arrive <= bound)
 
 
-def _customer(s: _Slots, slot: Tensor) -> tuple[Tensor, ...]:
-    return tuple(s.field(c, slot) for c in (X, Y, READY, DUE, SERVICE))
+def _pick(cost: Tensor, ok: Tensor) -> tuple[Tensor, Tensor]:
+    """The best allowed candidate of each row: its cost ``[B]`` (``_OFF`` where none) and flat index ``[B]``."""
+    best, index = torch.where(ok, cost, _OFF).flatten(0, -2).min(0)
+    return best, index
 
 
-def _removal_gain(s: _Slots, slot: Tensor) -> Tensor:
-    """km saved by taking the customer at ``slot`` out of its route."""
-    prev, after = s.step(slot, -1), s.step(slot, 1)
-    bridge = _distance(s.field(X, prev), s.field(Y, prev), s.field(X, after), s.field(Y, after))
-    return s.field(LEG, prev) + s.field(LEG, slot) - bridge
+def _segments(v: _View, k: int) -> dict[str, Tensor]:
+    """The segments of ``k`` consecutive customers starting at each focus customer u (``[U, B]`` each): the first
+    and last node's coordinates, the earliest-start arithmetic of the segment as a function of the arrival ``a`` at
+    its first node (service at node i starts at ``max(a + shift_i, floor_i)``: it is on time while ``a <= latest``,
+    and done at ``max(a + shift, floor) + service``), its demand, whether all k are customers, and the km taking it
+    out of its route saves."""
+    m, slot = v.M, v.slot
+    nodes = [v._at(slot + i * m) for i in range(k + 1)]  # [9, U, B] each; the last one is the node after
+    shift, floor = torch.zeros_like(nodes[0][X]), nodes[0][READY]
+    latest = nodes[0][DUE]
+    for prev, node in zip(nodes[:k - 1], nodes[1:k], strict=True):
+        step = prev[SERVICE] + prev[LEG]
+        shift, floor = shift + step, torch.maximum(floor + step, node[READY])
+        latest = torch.minimum(latest, node[DUE] - shift)
+    last, after, before = nodes[k - 1], nodes[k], v._at(slot - m)
+    demand = v.slot_demand.gather(0, torch.stack([slot + i * m for i in range(k)]).clamp(0, v.L * m - 1).flatten(0, 1)
+                                  ).view(k, *slot.shape).sum(0)
+    whole = torch.stack([nodes[i][NODE] >= 0 for i in range(k)]).all(0) & (slot >= 0)
+    gain = before[LEG] + last[LEG] - _distance(before[X], before[Y], after[X], after[Y])
+    return dict(x=nodes[0][X], y=nodes[0][Y], x_last=last[X], y_last=last[Y], shift=shift, floor=floor,
+                latest=latest, service=last[SERVICE], demand=demand, whole=whole, gain=gain)
 
 
-def _relocate(s: _Slots, margin: float) -> tuple[Tensor, Tensor]:
-    """The best relocate of each row: customer u (at slot su) put after slot j, where j is a neighbour of u, the
-    slot before a neighbour, or a route's start depot. Returns its cost change ``[B]`` and slot map ``[L * M, B]``."""
-    m = s.M
-    su = s.where.unsqueeze(0)  # [1, N, B]
-    sv = s.where.gather(0, s.near.reshape(-1, s.B)).view(s.near.shape)  # [K, N, B]
-    depots = (torch.arange(m, device=su.device).view(-1, 1, 1) + torch.zeros_like(su))  # [M, N, B] slot (0, m)
-    after_neighbour = torch.where(sv >= 0, sv, -1)
-    before_neighbour = torch.where(sv >= 0, s.step(sv, -1), -1)
-    j = torch.cat([after_neighbour, before_neighbour, depots])  # [C, N, B] the slot u goes after
-    valid = (j >= 0) & (su >= 0)
-    nxt = s.step(j, 1)
-    ux, uy, ready, due, service = _customer(s, su)
-    same = j.remainder(m) == su.remainder(m)
-    adjacent = same & ((j == su) | (nxt == su))
-    in_route = s.field(NODE, j).ge(0) | j.div(m, rounding_mode="floor").eq(0)  # a customer or a start depot
-    u_demand = s.of(s.slot_demand, su)
-    fits_load = same | (s.per_route(s.load, j) + u_demand <= s.per_route(s.capacity, j))
-    ok = valid & ~adjacent & in_route & fits_load & _fits(s, j, ux, uy, ready, due, service, nxt, margin)
-    insert = _distance(s.field(X, j), s.field(Y, j), ux, uy) + _distance(ux, uy, s.field(X, nxt), s.field(Y, nxt))
-    cost = insert - s.field(LEG, j) - _removal_gain(s, su)
-    cost = torch.where(ok, cost, _OFF).flatten(0, 1)  # [C * N, B]
-    best, flat = cost.min(0)
-    n = su.shape[1]
-    u_slot = s.where.gather(0, flat.remainder(n).unsqueeze(0)).squeeze(0)
-    j_slot = j.flatten(0, 1).gather(0, flat.unsqueeze(0)).squeeze(0)
-    return best, _relocate_map(s, u_slot, j_slot)
+def _relocate(v: _View, margin: float, lengths: tuple[int, ...]) -> tuple[Tensor, object]:
+    """The best relocate of each row: a segment of ``k`` customers (k in ``lengths``: 1 the customer u, 2-3 or-opt)
+    starting at u put after j, where j is a neighbour of u, the node before a neighbour, or a route's start depot
+    (three groups of candidates, each ``[C, U, B]``, judged apart). Returns its cost change ``[B]`` and a maker of
+    its slot map."""
+    n, m = v.neighbour, v.M
+    u_slot, u_route = v.slot.unsqueeze(0), v.route.unsqueeze(0)
+    routes = torch.arange(m, device=n.device).view(-1, 1, 1).expand(-1, v.U, v.B)
+    first, depot = v.first.unsqueeze(2), v.start_depot.unsqueeze(2)  # [9, M, 1, B]
+    placed = v.near_slot >= 0
+    groups = (  # (j: x, y, earliest finish; jn: x, y, latest start; leg j-jn; route, load, capacity; allowed; j's slot)
+        ((n[CX], n[CY], n[START_] + n[SERVICE_]), (n[NX], n[NY], n[NLATEST]), n[LEG_], v.near_route,
+         n[ROUTE_LOAD], n[ROUTE_CAP], placed, v.near_slot),  # after a neighbour
+        ((n[PX], n[PY], n[PSTART] + n[PSERVICE]), (n[CX], n[CY], n[LATEST_]), n[PLEG], v.near_route,
+         n[ROUTE_LOAD], n[ROUTE_CAP], placed, v.near_slot - m),  # before one
+        ((depot[X], depot[Y], depot[START] + depot[SERVICE]), (first[X], first[Y], first[LATEST]), depot[LEG],
+         routes, v.load.unsqueeze(1), v.capacity.unsqueeze(1), True, routes),  # at a route's start
+    )
+    found = []
+    for k in lengths:
+        seg = {key: value.unsqueeze(0) for key, value in _segments(v, k).items()}
+        for j, jn, leg, route, load, cap, allowed, j_slot in groups:
+            to_seg = _distance(j[0], j[1], seg["x"], seg["y"])
+            from_seg = _distance(seg["x_last"], seg["y_last"], jn[0], jn[1])
+            arrive = j[2] + to_seg + margin
+            done = torch.maximum(arrive + seg["shift"], seg["floor"]) + seg["service"]
+            same = route == u_route
+            inside = same & (j_slot - u_slot >= -m) & (j_slot - u_slot <= (k - 1) * m)  # next to or in the segment
+            ok = (allowed & seg["whole"] & ~inside & (same | (load + seg["demand"] <= cap))
+                  & (arrive <= seg["latest"]) & (done + from_seg + margin <= jn[2]))
+            best, index = _pick(to_seg + from_seg - leg - seg["gain"], ok)
+            found.append((best, index, j_slot, k))
+    best, group = torch.stack([f[0] for f in found]).min(0)
 
+    def source() -> Tensor:
+        index = torch.stack([f[1] for f in found]).gather(0, group.unsqueeze(0)).squeeze(0)
+        j_slots = torch.stack([f[2].expand(-1, v.U, v.B).flatten(0, 1).gather(0, f[1].unsqueeze(0)).squeeze(0)
+                               for f in found])
+        k = torch.stack([torch.full_like(index, f[3]) for f in found]).gather(0, group.unsqueeze(0)).squeeze(0)
+        u = v.slot.gather(0, index.remainder(v.U).unsqueeze(0)).squeeze(0)
+        return _relocate_map(v, u, j_slots.gather(0, group.unsqueeze(0)).squeeze(0), k)
 
-def _relocate_map(s: _Slots, u_slot: Tensor, j_slot: Tensor) -> Tensor:
-    """The slot map of moving the customer at ``u_slot`` to right after ``j_slot`` (``[B]`` each)."""
-    m = s.M
-    pu, mu = u_slot.div(m, rounding_mode="floor"), u_slot.remainder(m)
-    pj, mv = j_slot.div(m, rounding_mode="floor"), j_slot.remainder(m)
-    p, r = s.position, s.route  # [LM, 1]
-    same = mu == mv
-    # the source route without u: positions from pu on take the next one
-    removed = torch.where((r == mu) & (p >= pu), (p + 1).clamp_max(s.L - 1), p)
-    # where u goes in the target route after the removal: after j, one place earlier if j came after u
-    at = torch.where(same & (pj > pu), pj, pj + 1)
-    base = torch.where(same, removed, p)  # the target route's positions before the insertion
-    shifted = torch.where(same, torch.where(p - 1 >= pu, p.clamp_max(s.L - 1), p - 1), p - 1)
-    target = torch.where(p < at, base, torch.where(p == at, pu, shifted.clamp_min(0)))
-    position = torch.where(r == mv, target, removed)
-    route = torch.where((r == mv) & (p == at), mu, r)
-    return position * m + route
-
-
-def _exchange(s: _Slots, margin: float) -> tuple[Tensor, Tensor]:
-    """The best swap of each row: customer u and its neighbour v, in different routes, take each other's places."""
-    m = s.M
-    su = s.where.unsqueeze(0).expand_as(s.near)  # [K, N, B]
-    sv = s.where.gather(0, s.near.reshape(-1, s.B)).view(s.near.shape)
-    valid = (su >= 0) & (sv >= 0) & (su.remainder(m) != sv.remainder(m))
-    u, v = _customer(s, su), _customer(s, sv)
-    up, un, vp, vn = s.step(su, -1), s.step(su, 1), s.step(sv, -1), s.step(sv, 1)
-    du, dv = s.of(s.slot_demand, su), s.of(s.slot_demand, sv)
-    fits_load = ((s.per_route(s.load, su) - du + dv <= s.per_route(s.capacity, su))
-                 & (s.per_route(s.load, sv) - dv + du <= s.per_route(s.capacity, sv)))
-    ok = valid & fits_load & _fits(s, up, *v, un, margin) & _fits(s, vp, *u, vn, margin)
-
-    def through(prev: Tensor, node: tuple, after: Tensor) -> Tensor:
-        return (_distance(s.field(X, prev), s.field(Y, prev), node[0], node[1])
-                + _distance(node[0], node[1], s.field(X, after), s.field(Y, after)))
-
-    cost = (through(up, v, un) + through(vp, u, vn) - s.field(LEG, up) - s.field(LEG, su) - s.field(LEG, vp)
-            - s.field(LEG, sv))
-    cost = torch.where(ok, cost, _OFF).flatten(0, 1)
-    best, flat = cost.min(0)
-    a = su.flatten(0, 1).gather(0, flat.unsqueeze(0))
-    b = sv.flatten(0, 1).gather(0, flat.unsqueeze(0))
-    slot = s.identity
-    source = torch.where(slot == a, b, torch.where(slot == b, a, slot))
     return best, source
 
 
-def _two_opt_star(s: _Slots, margin: float) -> tuple[Tensor, Tensor]:
-    """The best tail swap of each row: route A (customer u at slot su) continues with route B's tail from slot sv
-    on (v, a neighbour of u in another route, or B's end depot), and B's head up to the slot before sv continues
+def _relocate_map(s: _View, u_slot: Tensor, j_slot: Tensor, k: Tensor) -> Tensor:
+    """The slot map of moving the ``k`` customers from ``u_slot`` on to right after ``j_slot`` (``[B]`` each)."""
+    m, top = s.M, s.L - 1
+    pu, mu = u_slot.div(m, rounding_mode="floor"), u_slot.remainder(m)
+    pj, mv = j_slot.div(m, rounding_mode="floor"), j_slot.remainder(m)
+    p, r = s.position_of, s.route_of  # [LM, 1]
+    same = mu == mv
+    # the source route without the segment: positions from pu on take the one k further
+    removed = torch.where((r == mu) & (p >= pu), (p + k).clamp_max(top), p)
+    # where the segment goes in the target route after the removal: after j (k places earlier if j came after it)
+    at = torch.where(same & (pj > pu), pj - k + 1, pj + 1)
+    base = torch.where(same, removed, p)  # the target route's positions before the insertion
+    later = torch.where(same & (p - k >= pu), p.clamp_max(top), p - k)  # the target's position p - k, as base has it
+    inserted = (p >= at) & (p < at + k)
+    target = torch.where(p < at, base, torch.where(inserted, pu + (p - at), later.clamp(0, top)))
+    position = torch.where(r == mv, target, removed)
+    route = torch.where((r == mv) & inserted, mu, r)
+    return position * m + route
+
+
+def _exchange(v: _View, margin: float) -> tuple[Tensor, object]:
+    """The best swap of each row: customer u and its neighbour w, in different routes, take each other's places."""
+    c, n = v.customers.unsqueeze(1), v.neighbour  # [F, 1, N, B], [F, K, N, B]
+    ok = (v.routed.unsqueeze(0) & (v.near_slot >= 0) & (v.near_route != v.route.unsqueeze(0))
+          & (c[ROUTE_LOAD] - c[DEMAND] + n[DEMAND] <= c[ROUTE_CAP])
+          & (n[ROUTE_LOAD] - n[DEMAND] + c[DEMAND] <= n[ROUTE_CAP]))
+    cost = -(c[PLEG] + c[LEG_] + n[PLEG] + n[LEG_])
+    for host, guest in ((c, n), (n, c)):  # the guest between the host's predecessor and successor
+        to_guest = _distance(host[PX], host[PY], guest[CX], guest[CY])
+        from_guest = _distance(guest[CX], guest[CY], host[NX], host[NY])
+        arrive = host[PSTART] + host[PSERVICE] + to_guest + margin
+        bound = host[NLATEST] - guest[SERVICE_] - from_guest - margin
+        ok = ok & _fits(arrive, bound, guest[READY_], guest[DUE_])
+        cost = cost + to_guest + from_guest
+    best, index = _pick(cost, ok)
+
+    def source() -> Tensor:
+        a = v.slot.gather(0, index.remainder(v.U).unsqueeze(0))
+        b = v.near_slot.flatten(0, 1).gather(0, index.unsqueeze(0))
+        slot = v.identity
+        return torch.where(slot == a, b, torch.where(slot == b, a, slot))
+
+    return best, source
+
+
+def _two_opt_star(v: _View, margin: float) -> tuple[Tensor, object]:
+    """The best tail swap of each row: u's route A continues with route B's tail from w on (w, a neighbour of u in
+    another route, or B's end depot: two groups of candidates), and B's head up to the node h before w continues
     with A's tail after u."""
-    m = s.M
-    su = s.where.unsqueeze(0)  # [1, N, B]
-    sv = s.where.gather(0, s.near.reshape(-1, s.B)).view(s.near.shape)  # [K, N, B]
-    ends = (s.length + 1).unsqueeze(1) * m + torch.arange(m, device=su.device).view(-1, 1, 1)  # [M, 1, B]
-    sv = torch.cat([sv, ends.expand(-1, su.shape[1], -1)])  # [C, N, B]
-    valid = (su >= 0) & (sv >= 0) & (su.remainder(m) != sv.remainder(m))
-    su = su.expand_as(sv)
-    un, w = s.step(su, 1), s.step(sv, -1)  # u's successor; the slot before v (B's head ends there)
-    capacity_a, capacity_b = s.per_route(s.capacity, su), s.per_route(s.capacity, sv)
-    load_a, load_b = s.per_route(s.load, su), s.per_route(s.load, sv)
-    head_a, head_b = s.of(s.prefix, su), s.of(s.prefix, w)
-    fits_load = (head_a + load_b - head_b <= capacity_a) & (head_b + load_a - head_a <= capacity_b)
-    # A: u's earliest finish then v; v's latest start covers B's tail. B: w's earliest finish then A's tail after u
-    a_ok = (s.field(START, su) + s.field(SERVICE, su) + _distance(s.field(X, su), s.field(Y, su), s.field(X, sv),
-                                                                    s.field(Y, sv)) + margin <= s.field(LATEST, sv))
-    b_ok = (s.field(START, w) + s.field(SERVICE, w) + _distance(s.field(X, w), s.field(Y, w), s.field(X, un),
-                                                                  s.field(Y, un)) + margin <= s.field(LATEST, un))
-    ok = valid & fits_load & a_ok & b_ok
-    cost = (_distance(s.field(X, su), s.field(Y, su), s.field(X, sv), s.field(Y, sv))
-            + _distance(s.field(X, w), s.field(Y, w), s.field(X, un), s.field(Y, un))
-            - s.field(LEG, su) - s.field(LEG, w))
-    cost = torch.where(ok, cost, _OFF).flatten(0, 1)
-    best, flat = cost.min(0)
-    a = su.flatten(0, 1).gather(0, flat.unsqueeze(0)).squeeze(0)
-    b = sv.flatten(0, 1).gather(0, flat.unsqueeze(0)).squeeze(0)
+    c, n, m = v.customers, v.neighbour, v.M
+    u = c.unsqueeze(1)  # [F, 1, N, B]
+    end, last = v.end_depot.unsqueeze(2), v.last.unsqueeze(2)  # [9, M, 1, B]
+    routes = torch.arange(m, device=c.device).view(-1, 1, 1)
+    load, cap = v.load.unsqueeze(1), v.capacity.unsqueeze(1)
+    groups = (  # (w: x, y, latest start; h: x, y, earliest finish, leg h-w; B's load up to h, B's load and capacity;
+        #         B; allowed; w's slot)
+        ((n[CX], n[CY], n[LATEST_]), (n[PX], n[PY], n[PSTART] + n[PSERVICE], n[PLEG]), n[PREFIX] - n[DEMAND],
+         n[ROUTE_LOAD], n[ROUTE_CAP], v.near_route, v.near_slot >= 0, v.near_slot),
+        ((end[X], end[Y], end[LATEST]), (last[X], last[Y], last[START] + last[SERVICE], last[LEG]), load, load, cap,
+         routes, True, v.end_slot.unsqueeze(1)),
+    )
+    found = []
+    for w, h, head_b, load_b, cap_b, route_b, allowed, w_slot in groups:
+        u_to_w, h_to_next = _distance(u[CX], u[CY], w[0], w[1]), _distance(h[0], h[1], u[NX], u[NY])
+        ok = (v.routed.unsqueeze(0) & (route_b != v.route.unsqueeze(0)) & allowed
+              & (u[PREFIX] + load_b - head_b <= u[ROUTE_CAP]) & (head_b + u[ROUTE_LOAD] - u[PREFIX] <= cap_b)
+              & (u[START_] + u[SERVICE_] + u_to_w + margin <= w[2]) & (h[2] + h_to_next + margin <= u[NLATEST]))
+        best, index = _pick(u_to_w + h_to_next - u[LEG_] - h[3], ok)
+        found.append((best, index, w_slot))
+    best, group = torch.stack([f[0] for f in found]).min(0)
+
+    def source() -> Tensor:
+        index = torch.stack([f[1] for f in found]).gather(0, group.unsqueeze(0)).squeeze(0)
+        w_slots = torch.stack([f[2].expand(-1, v.U, v.B).flatten(0, 1).gather(0, f[1].unsqueeze(0)).squeeze(0)
+                               for f in found])
+        a = v.slot.gather(0, index.remainder(v.U).unsqueeze(0)).squeeze(0)
+        return _two_opt_map(v, a, w_slots.gather(0, group.unsqueeze(0)).squeeze(0))
+
+    return best, source
+
+
+def _two_opt_map(v: _View, a: Tensor, b: Tensor) -> Tensor:
+    """The slot map of a tail swap: route A keeps up to ``a`` then takes B's tail from ``b``; B keeps up to the slot
+    before ``b`` then takes A's tail after ``a`` (``[B]`` each)."""
+    m, top = v.M, v.L - 1
     pa, ra = a.div(m, rounding_mode="floor"), a.remainder(m)
     pb, rb = b.div(m, rounding_mode="floor"), b.remainder(m)
-    p, r = s.position, s.route
-    top = s.L - 1
-    from_b = (p - pa - 1 + pb).clamp(0, top)  # A after u: B's tail from v
-    from_a = (p - pb + pa + 1).clamp(0, top)  # B from v's place on: A's tail after u
+    p, r = v.position_of, v.route_of
+    from_b = (p - pa - 1 + pb).clamp(0, top)  # A after u: B's tail from w
+    from_a = (p - pb + pa + 1).clamp(0, top)  # B from w's place on: A's tail after u
     position = torch.where((r == ra) & (p > pa), from_b, torch.where((r == rb) & (p >= pb), from_a, p))
     route = torch.where((r == ra) & (p > pa), rb, torch.where((r == rb) & (p >= pb), ra, r))
-    return best, position * m + route
+    return position * m + route

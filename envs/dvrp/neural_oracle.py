@@ -25,7 +25,8 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from envs.checks import Checks, rows_of
-from envs.dvrp.oracle import CostOracle, Quote, schedule
+from envs.dvrp.oracle import CostOracle, Quote
+from envs.dvrp.plan import schedule
 from envs.routing.construction import default_margin
 from envs.routing.problem import make_problem
 
@@ -45,7 +46,7 @@ def route_vehicles(routes: Tensor, depot: Tensor, xy: Tensor, demand: Tensor, se
         routes: int64 ``[B, M, N]`` customer slots in visiting order, -1 padded. depot: ``[B, 2]``.
         xy: ``[B, N, 2]``; demand, service, ready, due: ``[B, N]`` customer slot data (agreed windows).
 
-    Start times follow the forward recursion of :func:`envs.dvrp.oracle.schedule` (waiting allowed);
+    Start times follow the forward recursion of :func:`envs.dvrp.plan.schedule` (waiting allowed);
     positions past a route's end are the depot with no service, so the last position's start is the
     return time (0 for an empty route).
     """
@@ -105,9 +106,11 @@ class NeuralOracle(CostOracle):
         self._quoted: dict = {}
         self.checks = Checks()
 
-    def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor, fleet: Tensor) -> None:
-        """See :meth:`CostOracle.reset`; every row's fleet must be all M vehicles (``DVRPConfig`` allows one size
-        with this oracle: its routing policy is trained for one N and M)."""
+    def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor, fleet: Tensor,
+              xy: Tensor | None = None) -> None:
+        """See :meth:`CostOracle.reset` (``xy`` is not needed: this oracle re-solves, it does not improve); every
+        row's fleet must be all M vehicles (``DVRPConfig`` allows one size with this oracle: its routing policy is
+        trained for one N and M)."""
         self.checks("fleet", rows & (fleet != self.num_vehicles), lambda bad: ValueError(
             f"NeuralOracle plans with all {self.num_vehicles} vehicles; rows {rows_of(bad)} have smaller fleets"))
         dtype = self.xy.dtype

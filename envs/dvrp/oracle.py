@@ -21,6 +21,8 @@ import torch
 from torch import Tensor
 
 from envs.checks import Checks, rows_of
+from envs.dvrp import local_search
+from envs.dvrp.plan import DUE, LATEST, LEG, NODE, READY, SERVICE, START, X, Y, schedule
 
 _PAD_DUE = 1.0e6  # due time of padding positions past a route's end depot (never binding)
 _BIG = 1.0e15  # penalty per time unit of window violation in the vectorised feasibility test
@@ -51,9 +53,11 @@ class CostOracle(ABC):
     checks: Checks
 
     @abstractmethod
-    def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor, fleet: Tensor) -> None:
+    def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor, fleet: Tensor,
+              xy: Tensor | None = None) -> None:
         """Empty the plans of ``rows`` (bool ``[B]``) for depots ``[B, 2]``, horizons and capacities ``[B]`` and
-        fleets ``[B]`` (int64: the first ``fleet`` of the M vehicles serve the day, the others take nobody)."""
+        fleets ``[B]`` (int64: the first ``fleet`` of the M vehicles serve the day, the others take nobody);
+        ``xy`` ``[B, N, 2]``: every customer of the day (their neighbourhoods, for :meth:`improve`)."""
 
     @abstractmethod
     def quote(self, request: Tensor, xy: Tensor, demand: Tensor, service: Tensor, windows: Tensor) -> Quote:
@@ -68,6 +72,24 @@ class CostOracle(ABC):
             ``[B]`` plan-cost increase (km); 0 where not accepted.
         """
 
+    def improve(self, passes: int, rows: Tensor | None = None) -> Tensor:
+        """Improve the tentative plans (of ``rows``, bool ``[B]``, when given) by ``passes`` passes of local search
+        around the last committed request (an oracle without one improves nothing).
+
+        Returns:
+            ``[B]`` km saved (>= 0; 0 outside ``rows``).
+        """
+        return torch.zeros_like(self.cost())
+
+    def reoptimise(self, rows: Tensor, sweeps: int) -> Tensor:
+        """Re-optimise the whole plans of ``rows`` (bool ``[B]``: the day's cut-off) by ``sweeps`` sweeps of local
+        search over every customer (an oracle without one improves nothing).
+
+        Returns:
+            ``[B]`` km saved (>= 0; 0 outside ``rows``).
+        """
+        return torch.zeros_like(self.cost())
+
     @abstractmethod
     def routes(self) -> Tensor:
         """``[B, M, L]`` int64 customer indices in visiting order, ``-1`` padded (depot implied)."""
@@ -79,30 +101,6 @@ class CostOracle(ABC):
     @abstractmethod
     def vehicles(self) -> tuple[Tensor, Tensor, Tensor]:
         """Per vehicle ``[B, M]``: load (demand units), customers on the route, return time to the depot."""
-
-
-def schedule(x: Tensor, y: Tensor, ready: Tensor, due: Tensor, service: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Legs, earliest and latest service starts of routes given position-wise node data ``[L, ...]``.
-
-    Position 0 is the start depot, a route's end depot follows its last customer, later positions are
-    padding (depot coordinates, zero service, non-binding due time). With ``c_j = service_{j-1} +
-    leg_{j-1}`` and ``C = cumsum(c)``, the forward recursion ``start_j = max(ready_j, start_{j-1} +
-    c_j)`` is ``C_j + cummax(ready - C)_j`` and the backward one ``latest_j = min(due_j, latest_{j+1}
-    - c_{j+1})`` is ``C_j + reverse-cummin(due - C)_j`` (Savelsbergh 1992): no loop over positions.
-
-    Returns:
-        ``leg`` (distance from position j to j + 1, 0 at the last), ``start``, ``latest``; each ``[L, ...]``.
-    """
-    dx, dy = x[1:] - x[:-1], y[1:] - y[:-1]
-    leg = torch.sqrt(dx * dx + dy * dy)
-    cum = torch.cumsum(torch.cat([torch.zeros_like(x[:1]), service[:-1] + leg], 0), 0)
-    start = cum + torch.cummax(ready - cum, 0).values
-    latest = cum + torch.cummin((due - cum).flip(0), 0).values.flip(0)
-    return torch.cat([leg, torch.zeros_like(x[:1])], 0), start, latest
-
-
-# channels of the plan tensor [channel, L, M, B]: six per node, then three derived by `schedule`
-X, Y, READY, DUE, SERVICE, NODE, START, LATEST, LEG = range(9)
 
 
 def _penalised(delta: Tensor, arrive: Tensor, bound: Tensor, start: Tensor, end: Tensor) -> Tensor:
@@ -207,7 +205,7 @@ class InsertionOracle(CostOracle):
     """
 
     def __init__(self, batch_size: int, num_vehicles: int, num_customers: int, device: torch.device | str = "cpu",
-                 dtype: torch.dtype = torch.float32, margin: float | None = None) -> None:
+                 dtype: torch.dtype = torch.float32, margin: float | None = None, neighbourhood: int = 8) -> None:
         b, m, length = batch_size, num_vehicles, num_customers + 2
         self.margin = (1e-6 if dtype == torch.float64 else 1e-3) if margin is None else margin
         self.plan = torch.zeros(9, length, m, b, device=device, dtype=dtype)
@@ -218,11 +216,19 @@ class InsertionOracle(CostOracle):
         self.load = torch.zeros(m, b, device=device, dtype=dtype)
         self.capacity = torch.zeros(m, b, device=device, dtype=dtype)  # per vehicle; -1 out of the day's fleet
         self.plan_cost = torch.zeros(b, device=device, dtype=dtype)
+        self.demand = torch.zeros(num_customers, b, device=device, dtype=dtype)  # each customer's, for the search
+        self.near = torch.zeros(min(neighbourhood, max(num_customers - 1, 1)), num_customers, b, dtype=torch.long,
+                                device=device)  # each customer's nearest others (local_search.neighbours)
+        self._neighbours_known = False
         self._quoted: dict = {}
         self.checks = Checks()
 
-    def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor, fleet: Tensor) -> None:
+    def reset(self, rows: Tensor, depot: Tensor, horizon: Tensor, capacity: Tensor, fleet: Tensor,
+              xy: Tensor | None = None) -> None:
         dtype, length, b = self.plan.dtype, self.plan.shape[1], self.plan.shape[-1]
+        if xy is not None:
+            self.near = torch.where(rows, local_search.neighbours(xy.to(dtype), self.near.shape[0]), self.near)
+            self._neighbours_known = True
         m = self.plan.shape[2]
         in_fleet = torch.arange(m, device=fleet.device).unsqueeze(-1) < fleet  # [M, B]
         capacity = torch.where(in_fleet, capacity.to(dtype), -1.0)  # (demands are >= 0: nothing fits in -1)
@@ -253,7 +259,8 @@ class InsertionOracle(CostOracle):
         feasible = best < _FEASIBLE
         # the request's node channels; READY / DUE are placeholders, `insert` puts the agreed window there
         column = torch.stack([x, y, x, x, service, request.to(dtype)])
-        self._quoted = dict(delta=delta, arrive=arrive, bound=bound, windows=windows, demand=demand, column=column)
+        self._quoted = dict(delta=delta, arrive=arrive, bound=bound, windows=windows, demand=demand, column=column,
+                            request=request)
         return Quote(delta=torch.where(feasible, best, torch.inf), feasible=feasible)
 
     def commit(self, window: Tensor, accept: Tensor) -> Tensor:
@@ -270,7 +277,51 @@ class InsertionOracle(CostOracle):
         self.plan[:, :span] = new
         self.length, self.load = length, load
         self.plan_cost = self.plan_cost + increase
+        self.demand.scatter_(0, q["request"].view(1, -1), q["demand"].view(1, -1))
         return increase
+
+    def improve(self, passes: int, rows: Tensor | None = None) -> Tensor:
+        """:func:`envs.dvrp.local_search.improve` around the last quoted request: it and its nearest customers are
+        the ones moved (one move per row per pass), in ``rows`` (all by default).
+
+        Raises:
+            ValueError: the plans were reset without the customers' coordinates (``xy``).
+        """
+        if passes <= 0:
+            return torch.zeros_like(self.plan_cost)
+        request = self._quoted["request"].view(1, -1)
+        focus = torch.cat([request, self._known_near().gather(1, request.unsqueeze(0).expand(
+            self.near.shape[0], -1, -1)).squeeze(1)])
+        found = local_search.improve(self.plan, self.length, self.load, self.capacity, self.demand, self.near,
+                                     passes, self.margin, focus)
+        return self._take(*found, rows)
+
+    def reoptimise(self, rows: Tensor, sweeps: int) -> Tensor:
+        """:func:`envs.dvrp.local_search.sweep` of the whole plans of ``rows``.
+
+        Raises:
+            ValueError: the plans were reset without the customers' coordinates (``xy``).
+        """
+        if sweeps <= 0:
+            return torch.zeros_like(self.plan_cost)
+        found = local_search.sweep(self.plan, self.length, self.load, self.capacity, self.demand, self._known_near(),
+                                   sweeps, self.margin, chunk=self.near.shape[0] + 1)
+        return self._take(*found, rows)
+
+    def _known_near(self) -> Tensor:
+        if not self._neighbours_known:
+            raise ValueError("improving a plan needs the customers' coordinates at reset (reset(..., xy=...))")
+        return self.near
+
+    def _take(self, plan: Tensor, length: Tensor, load: Tensor, rows: Tensor | None) -> Tensor:
+        """Adopt an improved plan (in ``rows`` only, when given); the km saved ``[B]``."""
+        saved = local_search.plan_cost(self.plan) - local_search.plan_cost(plan)
+        if rows is not None:
+            plan, length = torch.where(rows, plan, self.plan), torch.where(rows, length, self.length)
+            load, saved = torch.where(rows, load, self.load), torch.where(rows, saved, 0.0)
+        self.plan, self.length, self.load = plan, length, load
+        self.plan_cost = self.plan_cost - saved
+        return saved
 
     def routes(self) -> Tensor:
         return self.plan[NODE, 1:].long().permute(2, 1, 0)

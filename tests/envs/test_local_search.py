@@ -13,7 +13,8 @@ import torch
 
 from benchmarks.host_reads import HostReads
 from envs.dvrp import local_search
-from envs.dvrp.oracle import DUE, NODE, READY, SERVICE, InsertionOracle, X, Y
+from envs.dvrp.oracle import InsertionOracle
+from envs.dvrp.plan import DUE, NODE, READY, SERVICE, X, Y
 
 HORIZON = 1000.0
 
@@ -95,9 +96,9 @@ def test_every_improved_plan_is_feasible_shorter_and_serves_the_same_customers(d
 
 
 def test_no_improving_move_between_routes_is_left_with_full_neighbourhoods():
-    """Tiny plans, every customer a neighbour of every other, many passes: a brute force over every relocate,
-    exchange and 2-opt* between two routes (feasible with twice the margin to spare, as the search requires) finds
-    nothing shorter by more than the search's tolerance."""
+    """Tiny plans, every customer a neighbour of every other, many passes: a brute force over every relocate (of
+    one customer or a segment of 2-3), exchange and 2-opt* between two routes (feasible with twice the margin to
+    spare, as the search requires) finds nothing shorter by more than the search's tolerance."""
     n, m = 7, 3
     oracle, xy, demand = _day(16, n, m, seed=5, dtype=torch.float64, capacity=25.0)
     plan, length, load = local_search.improve(oracle.plan, oracle.length, oracle.load, oracle.capacity, demand,
@@ -110,8 +111,9 @@ def test_no_improving_move_between_routes_is_left_with_full_neighbourhoods():
         for a, b in itertools.permutations(range(m), 2):
             ra, rb = routes[a], routes[b]
             candidates = []
-            for i, j in itertools.product(range(len(ra)), range(len(rb) + 1)):  # relocate ra[i] into rb at j
-                candidates.append((ra[:i] + ra[i + 1:], rb[:j] + [ra[i]] + rb[j:]))
+            for k, i, j in itertools.product((1, 2, 3), range(len(ra)), range(len(rb) + 1)):  # ra[i:i+k] into rb at j
+                if i + k <= len(ra):
+                    candidates.append((ra[:i] + ra[i + k:], rb[:j] + ra[i:i + k] + rb[j:]))
             for i, j in itertools.product(range(len(ra)), range(len(rb))):  # exchange
                 candidates.append((ra[:i] + [rb[j]] + ra[i + 1:], rb[:j] + [ra[i]] + rb[j + 1:]))
             for i, j in itertools.product(range(len(ra)), range(len(rb) + 1)):  # 2-opt*: ra up to i, then rb from j

@@ -78,7 +78,7 @@ def _valid_action(env, td) -> torch.Tensor:
     return env.action_spec.rand()
 
 
-@pytest.mark.parametrize("name", ["dvrp", "hockey", "vacuum"])
+@pytest.mark.parametrize("name", ["dvrp", "dvrp improved", "hockey", "vacuum"])
 def test_an_env_step_without_resets_reads_the_host_once(name, monkeypatch):
     """``step_and_maybe_reset`` of a native env, with its invariant checks deferred (as on a GPU), reads the host at
     most once in a step that starts no episode: the done flags, with the checks. (The hockey env's CPU-only
@@ -87,7 +87,8 @@ def test_an_env_step_without_resets_reads_the_host_once(name, monkeypatch):
     if name == "hockey":
         import envs.hockey.puck as hockey
         monkeypatch.setattr(hockey, "sweep_near", functools.partial(hockey.sweep_near, select=False))
-    config = {"dvrp": DVRPConfig(), "hockey": HockeyConfig(), "vacuum": VacuumConfig()}[name]
+    config = {"dvrp": DVRPConfig(), "dvrp improved": DVRPConfig(improve_every=1, cutoff_sweeps=2),
+              "hockey": HockeyConfig(), "vacuum": VacuumConfig()}[name]
     torch.manual_seed(0)
     env = make_env(config, 32, seed=0)
     unwrap(env).checks.defer = True
