@@ -82,6 +82,9 @@ class DVRPConfig(EnvConfig):
             km. ``improve_every: 0`` and ``cutoff_sweeps: 0`` pay the never-improved insertion plan (the payment
             of the figures before 2026-11-28, and still the default until the configs are retrained under the new
             one).
+        cutoff_ruins: after the cut-off's sweeps, this many ruin-and-recreate iterations (a customer and its K
+            nearest taken out and put back by cheapest insertion, then swept once; kept where shorter): escapes the
+            local search's local optima (needs ``cutoff_sweeps`` >= 1).
         neighbourhood: K, each customer's nearest customers the local search moves it next to (granular
             neighbourhoods).
 
@@ -116,6 +119,7 @@ class DVRPConfig(EnvConfig):
     improve_every: int = 0
     improve_passes: int = 1
     cutoff_sweeps: int = 0
+    cutoff_ruins: int = 0
     neighbourhood: int = 8
 
     def __post_init__(self) -> None:
@@ -150,11 +154,13 @@ class DVRPConfig(EnvConfig):
         """The cost oracle's keys; the neural oracle's checkpoint must exist."""
         require(self.oracle in ("insertion", "neural"), "oracle", self.oracle, "one of: insertion, neural")
         require(self.oracle_augment >= 1, "oracle_augment", self.oracle_augment, "must be >= 1")
-        for key in ("improve_every", "improve_passes", "cutoff_sweeps"):
+        for key in ("improve_every", "improve_passes", "cutoff_sweeps", "cutoff_ruins"):
             require(isinstance(getattr(self, key), int) and getattr(self, key) >= 0, key, getattr(self, key),
                     "an integer >= 0")
         require(isinstance(self.neighbourhood, int) and self.neighbourhood >= 1, "neighbourhood", self.neighbourhood,
                 "an integer >= 1")
+        require(self.cutoff_ruins == 0 or self.cutoff_sweeps >= 1, "cutoff_ruins", self.cutoff_ruins,
+                "0, or > 0 with cutoff_sweeps >= 1")
         if self.oracle == "neural":
             require(self.improve_every == 0 and self.cutoff_sweeps == 0, "improve_every",
                     (self.improve_every, self.cutoff_sweeps), "0 with cutoff_sweeps: 0 under oracle: neural (the "

@@ -57,6 +57,7 @@ class DVRPParameters(Protocol):
     improve_every: int  # bookings between improvements of the tentative plan (0: never)
     improve_passes: int
     cutoff_sweeps: int  # local-search sweeps of the whole plan at the cut-off
+    cutoff_ruins: int  # ruin-and-recreate iterations at the cut-off
     neighbourhood: int
 
     @property
@@ -340,7 +341,7 @@ class DVRPEnv(NativeBatchedEnv):
         if cfg.cutoff_sweeps:
             cutoff = booked >= size
             if self.checks.defer or bool(cutoff.any()):
-                saved = saved + self.oracle.reoptimise(cutoff, cfg.cutoff_sweeps)
+                saved = saved + self.oracle.reoptimise(cutoff, cfg.cutoff_sweeps, cfg.cutoff_ruins)
         return saved
 
     def _quote(self) -> None:

@@ -25,10 +25,27 @@ latest starts after it): conservative, never infeasible, as removing a customer 
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
-from envs.dvrp.plan import DUE, LATEST, LEG, NODE, READY, SERVICE, START, X, Y, schedule
+from envs.dvrp.plan import (
+    DUE,
+    FEASIBLE,
+    LATEST,
+    LEG,
+    NODE,
+    PAD_DUE,
+    READY,
+    SERVICE,
+    START,
+    X,
+    Y,
+    insert,
+    price,
+    schedule,
+)
 
 _IMPROVES = 1e-3  # km: a move must shorten the plan by more than this (float32 rounding of a move's km is below)
 _OFF = 1.0e9  # the cost of a candidate that is not allowed
@@ -347,3 +364,72 @@ def _two_opt_map(v: _View, a: Tensor, b: Tensor) -> Tensor:
     position = torch.where((r == ra) & (p > pa), from_b, torch.where((r == rb) & (p >= pb), from_a, p))
     route = torch.where((r == ra) & (p > pa), rb, torch.where((r == rb) & (p >= pb), ra, r))
     return position * m + route
+
+
+def ruin_and_recreate(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, demand: Tensor, near: Tensor,
+                      margin: float, iterations: int, size: int, sweeps: int = 1) -> tuple[Tensor, Tensor, Tensor]:
+    """Escape the local search's local optima (Schrimpf et al. 2000, "Record breaking optimization results using the
+    ruin and recreate principle", J. Computational Physics 159(2)): ``iterations`` times, take out ``size``
+    customers near one another (customer ``i * stride mod N`` of iteration i, a stride prime to N, and its nearest,
+    in every row: systematic, no random state), put them back one by one by cheapest feasible insertion,
+    :func:`sweep` the result ``sweeps`` times, and keep it in the rows where it is shorter (and every customer found
+    a place). Arguments as :func:`improve`.
+
+    Returns:
+        The plan, lengths and loads.
+    """
+    n, b = demand.shape
+    stride = next(s for s in (7, 11, 13, 17, 19, 23, 29, 31) if math.gcd(s, n) == 1)
+    for i in range(iterations):
+        seed = torch.full((1, b), (i * stride) % n, dtype=torch.long, device=plan.device)
+        count = min(size - 1, near.shape[0])  # taken out with it: its nearest
+        taken = torch.cat([seed, near[:count].gather(1, seed.unsqueeze(0).expand(count, -1, -1)).squeeze(1)])
+        new, new_length, new_load, placed = _recreate(*_ruin(plan, length, load, demand, taken), capacity, margin)
+        new, new_length, new_load = sweep(new, new_length, new_load, capacity, demand, near, sweeps, margin,
+                                          chunk=near.shape[0] + 1)
+        keep = placed & (plan_cost(new) < plan_cost(plan) - _IMPROVES)
+        plan, length, load = torch.where(keep, new, plan), torch.where(keep, new_length, length), torch.where(
+            keep, new_load, load)
+    return plan, length, load
+
+
+def _ruin(plan: Tensor, length: Tensor, load: Tensor, demand: Tensor, taken: Tensor) -> tuple[Tensor, ...]:
+    """The plan without the customers ``taken`` (int64 ``[S, B]``): each route closed up, its schedule recomputed;
+    also the taken customers' node channels ``[6, S, B]`` and whether each was in the plan ``[S, B]``."""
+    node = plan[NODE].long()  # [L, M, B]
+    gone = (node.unsqueeze(0) == taken.view(taken.shape[0], 1, 1, -1)) & (node >= 0)  # [S, L, M, B]
+    out = gone.any(0)
+    order = out.to(torch.int8).argsort(dim=0, stable=True)  # each route's kept positions first, in order
+    kept = plan[:START].gather(1, order.unsqueeze(0).expand(START, -1, -1, -1))
+    padding = plan[:START, -1:].clone()  # (depot coordinates, never-binding due, no service, no node)
+    padding[READY], padding[DUE], padding[SERVICE], padding[NODE] = 0.0, PAD_DUE, 0.0, -1.0
+    count = (~out).sum(0, keepdim=True)  # [1, M, B] positions kept
+    positions = torch.arange(plan.shape[1], device=plan.device).view(-1, 1, 1)
+    nodes = torch.where(positions < count, kept, padding)
+    leg, start, latest = schedule(nodes[X], nodes[Y], nodes[READY], nodes[DUE], nodes[SERVICE])
+    ruined = torch.cat([nodes, torch.stack([start, latest, leg])])
+    removed_demand = (gone.any(1) * demand.gather(0, taken).unsqueeze(1)).sum(0)  # [M, B]
+    flat = gone.flatten(1, 2)  # [S, LM, B]: each taken customer's slot, if routed
+    slot = flat.to(torch.int8).argmax(1)  # [S, B]
+    channels = plan[:START].flatten(1, 2).gather(1, slot.unsqueeze(0).expand(START, -1, -1))  # [6, S, B]
+    routed = flat.any(1)
+    return ruined, length - out.sum(0), load - removed_demand, channels, demand.gather(0, taken), routed
+
+
+def _recreate(plan: Tensor, length: Tensor, load: Tensor, channels: Tensor, taken_demand: Tensor, routed: Tensor,
+              capacity: Tensor, margin: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Insert the taken customers back one by one, each at its cheapest feasible place with its agreed window; the
+    plan, lengths, loads and whether every routed one found a place (``[B]``)."""
+    placed = torch.ones_like(routed[0])
+    for s in range(channels.shape[1]):
+        column = channels[:, s]  # [6, B]
+        window = torch.stack([column[READY], column[DUE]])  # [2, B]
+        delta, arrive, bound, best = price(plan[:, :-1], length, load, capacity, column[X], column[Y],
+                                           column[SERVICE], taken_demand[s], window.unsqueeze(1), margin)
+        fits = best[0] < FEASIBLE
+        accept = routed[s] & fits
+        new, length, load, _, _ = insert(plan, length, load, delta, arrive, bound, window, accept, column,
+                                         taken_demand[s])
+        plan = new
+        placed = placed & (fits | ~routed[s])
+    return plan, length, load, placed

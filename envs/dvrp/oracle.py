@@ -22,11 +22,7 @@ from torch import Tensor
 
 from envs.checks import Checks, rows_of
 from envs.dvrp import local_search
-from envs.dvrp.plan import DUE, LATEST, LEG, NODE, READY, SERVICE, START, X, Y, schedule
-
-_PAD_DUE = 1.0e6  # due time of padding positions past a route's end depot (never binding)
-_BIG = 1.0e15  # penalty per time unit of window violation in the vectorised feasibility test
-_FEASIBLE = 1.0e6  # a penalised insertion cost below this (km) is feasible
+from envs.dvrp.plan import DUE, FEASIBLE, LATEST, NODE, PAD_DUE, START, X, Y, insert, price
 
 
 @dataclass
@@ -81,9 +77,10 @@ class CostOracle(ABC):
         """
         return torch.zeros_like(self.cost())
 
-    def reoptimise(self, rows: Tensor, sweeps: int) -> Tensor:
+    def reoptimise(self, rows: Tensor, sweeps: int, ruins: int = 0) -> Tensor:
         """Re-optimise the whole plans of ``rows`` (bool ``[B]``: the day's cut-off) by ``sweeps`` sweeps of local
-        search over every customer (an oracle without one improves nothing).
+        search over every customer and ``ruins`` ruin-and-recreate iterations (an oracle without one improves
+        nothing).
 
         Returns:
             ``[B]`` km saved (>= 0; 0 outside ``rows``).
@@ -101,84 +98,6 @@ class CostOracle(ABC):
     @abstractmethod
     def vehicles(self) -> tuple[Tensor, Tensor, Tensor]:
         """Per vehicle ``[B, M]``: load (demand units), customers on the route, return time to the depot."""
-
-
-def _penalised(delta: Tensor, arrive: Tensor, bound: Tensor, start: Tensor, end: Tensor) -> Tensor:
-    """Insertion cost raised by ``_BIG`` per time unit of violation of the window [start, end]."""
-    violation = torch.maximum(arrive - end, start - bound).clamp_min(0.0)
-    return torch.add(delta, violation, alpha=_BIG)
-
-
-def price(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, x: Tensor, y: Tensor, service: Tensor,
-          demand: Tensor, ends: Tensor, margin: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Cheapest insertion of one request per row under W windows (the quote's arithmetic).
-
-    Args:
-        plan: ``[9, S, M, B]`` the positions in use of the plan. length / load / capacity: ``[M, B]`` (a
-            vehicle out of the day's fleet has capacity -1).
-        x: ``[B]`` the request's coordinate (km). y: ``[B]``. service: ``[B]``. demand: ``[B]``.
-        ends: ``[2, W, B]`` window starts and ends.
-        margin: safety margin (time units).
-
-    Returns:
-        ``delta`` (insertion cost), ``arrive`` (arrival at the request, ``_BIG``-raised where the edge is
-        unusable) and ``bound`` (latest service start there), each ``[S - 1, M, B]`` per edge, and the
-        penalised cheapest cost per window ``[W, B]`` (>= ``_FEASIBLE`` where no insertion is feasible).
-    """
-    dx, dy = plan[X] - x, plan[Y] - y
-    du = torch.sqrt(dx * dx + dy * dy)  # [S, M, B]
-    d_prev, d_next = du[:-1], du[1:]
-    delta = d_prev + d_next - plan[LEG, :-1]  # [E, M, B]
-    arrive = plan[START, :-1] + plan[SERVICE, :-1] + d_prev + margin
-    bound = plan[LATEST, 1:] - service - d_next - margin
-    fits = load + demand <= capacity  # [M, B]
-    edges = torch.arange(plan.shape[1] - 1, device=plan.device).view(-1, 1, 1)
-    edge_ok = (edges <= length) & fits & (arrive <= bound)
-    # max(e, a) <= min(l, b) splits into the window-free a <= b (in edge_ok) and, per window,
-    # a <= l and e <= b: the violation max(a - l, e - b) must be <= 0 (margins folded into a, b).
-    # Float arithmetic instead of masks: torch.where on large tensors is several times slower here.
-    arrive = torch.add(arrive, (~edge_ok).to(plan.dtype), alpha=_BIG)
-    best = _penalised(delta.unsqueeze(2), arrive.unsqueeze(2), bound.unsqueeze(2), ends[0], ends[1])
-    return delta, arrive, bound, best.amin(dim=(0, 1))
-
-
-def insert(plan: Tensor, length: Tensor, load: Tensor, delta: Tensor, arrive: Tensor, bound: Tensor,
-           window: Tensor, accept: Tensor, column: Tensor, demand: Tensor) -> tuple[Tensor, ...]:
-    """Insert the quoted request where ``accept`` (the commit's arithmetic).
-
-    Every route of every row is rewritten: the chosen one gets the request at its cheapest feasible
-    position, the others (and rows that did not accept) an insert position past the end. Blending with
-    0/1 weights (``lerp`` is exact there) avoids row selection, gathers and host syncs.
-
-    Args:
-        plan: ``[9, S + 1, M, B]`` (one position more than quoted). length / load: ``[M, B]``.
-        delta: ``[S - 1, M, B]`` from :func:`price`, as are ``arrive`` and ``bound``.
-        arrive: ``[S - 1, M, B]``.
-        bound: ``[S - 1, M, B]``.
-        window: ``[2, B]`` the agreed window.
-        accept: bool ``[B]``. column: ``[6, B]`` the request's node channels. demand: ``[B]``.
-
-    Returns:
-        the new plan slab, length, load, the plan-cost increase ``[B]`` and the rows whose accepted
-        window had no feasible insertion (bool ``[B]``, must be all False).
-    """
-    cost = _penalised(delta, arrive, bound, window[0], window[1])  # [E, M, B]
-    m = cost.shape[1]
-    best, flat = cost.flatten(0, 1).min(0)
-    edge, veh = flat // m, flat % m
-    span = plan.shape[1]
-    chosen = accept & (veh == torch.arange(m, device=veh.device).unsqueeze(-1))  # [M, B]
-    pos = torch.where(chosen, edge + 1, span)
-    j = torch.arange(span, device=plan.device).view(-1, 1, 1)
-    node = plan[:START]  # [6, S + 1, M, B]
-    shifted = torch.cat([node[:, :1], node[:, :-1]], 1)
-    node = torch.lerp(node, shifted, (j > pos).to(plan.dtype))
-    column = torch.cat([column[:READY], window, column[DUE + 1:]])
-    node = torch.lerp(node, column[:, None, None, :].expand_as(node), (j == pos).to(plan.dtype))
-    leg, start, latest = schedule(node[X], node[Y], node[READY], node[DUE], node[SERVICE])
-    new = torch.cat([node, torch.stack([start, latest, leg])])
-    increase = torch.where(accept, delta.flatten(0, 1).gather(0, flat.unsqueeze(0)).squeeze(0), 0.0)
-    return new, length + chosen.long(), load + chosen * demand, increase, accept & (best >= _FEASIBLE)
 
 
 class InsertionOracle(CostOracle):
@@ -210,8 +129,8 @@ class InsertionOracle(CostOracle):
         self.margin = (1e-6 if dtype == torch.float64 else 1e-3) if margin is None else margin
         self.plan = torch.zeros(9, length, m, b, device=device, dtype=dtype)
         self.plan[NODE] = -1.0
-        self.plan[DUE] = _PAD_DUE
-        self.plan[LATEST] = _PAD_DUE
+        self.plan[DUE] = PAD_DUE
+        self.plan[LATEST] = PAD_DUE
         self.length = torch.zeros(m, b, dtype=torch.long, device=device)
         self.load = torch.zeros(m, b, device=device, dtype=dtype)
         self.capacity = torch.zeros(m, b, device=device, dtype=dtype)  # per vehicle; -1 out of the day's fleet
@@ -235,7 +154,7 @@ class InsertionOracle(CostOracle):
         empty = torch.zeros(9, length, 1, b, dtype=dtype, device=self.plan.device)
         empty[X] = depot[:, 0].to(dtype)
         empty[Y] = depot[:, 1].to(dtype)
-        empty[DUE] = _PAD_DUE
+        empty[DUE] = PAD_DUE
         empty[DUE, :2] = horizon.to(dtype)
         empty[LATEST] = empty[DUE]
         empty[NODE] = -1.0
@@ -256,7 +175,7 @@ class InsertionOracle(CostOracle):
         delta, arrive, bound, best = price(self.plan[:, :span], self.length, self.load, self.capacity, x, y,
                                            service, demand, windows.permute(2, 1, 0).contiguous(), self.margin)
         best = best.t()  # [B, W]
-        feasible = best < _FEASIBLE
+        feasible = best < FEASIBLE
         # the request's node channels; READY / DUE are placeholders, `insert` puts the agreed window there
         column = torch.stack([x, y, x, x, service, request.to(dtype)])
         self._quoted = dict(delta=delta, arrive=arrive, bound=bound, windows=windows, demand=demand, column=column,
@@ -296,8 +215,9 @@ class InsertionOracle(CostOracle):
                                      passes, self.margin, focus)
         return self._take(*found, rows)
 
-    def reoptimise(self, rows: Tensor, sweeps: int) -> Tensor:
-        """:func:`envs.dvrp.local_search.sweep` of the whole plans of ``rows``.
+    def reoptimise(self, rows: Tensor, sweeps: int, ruins: int = 0) -> Tensor:
+        """:func:`envs.dvrp.local_search.sweep` of the whole plans of ``rows``, then ``ruins`` iterations of
+        :func:`envs.dvrp.local_search.ruin_and_recreate` (each takes out a customer and its nearest).
 
         Raises:
             ValueError: the plans were reset without the customers' coordinates (``xy``).
@@ -306,6 +226,9 @@ class InsertionOracle(CostOracle):
             return torch.zeros_like(self.plan_cost)
         found = local_search.sweep(self.plan, self.length, self.load, self.capacity, self.demand, self._known_near(),
                                    sweeps, self.margin, chunk=self.near.shape[0] + 1)
+        if ruins > 0:
+            found = local_search.ruin_and_recreate(*found, self.capacity, self.demand, self.near, self.margin, ruins,
+                                                   size=self.near.shape[0] + 1)
         return self._take(*found, rows)
 
     def _known_near(self) -> Tensor:

@@ -262,7 +262,7 @@ PLAN_CASES = {
     "tight-random": (lambda: DVRPConfig(num_vehicles=3, horizon=300.0, window_width=30.0, capacity=120.0,
                                         type_mix=[0.1, 0.2, 0.3, 0.4]), "random-masked"),
     # the plan improved by local search after bookings and re-optimised at the cut-off (the driven plan is paid)
-    "improved-clairvoyant": (lambda: DVRPConfig(improve_every=1, cutoff_sweeps=2), "clairvoyant"),
+    "improved-clairvoyant": (lambda: DVRPConfig(improve_every=1, cutoff_sweeps=2, cutoff_ruins=4), "clairvoyant"),
     "improved-tight-random": (lambda: DVRPConfig(num_vehicles=3, horizon=300.0, window_width=30.0, capacity=120.0,
                                                  improve_every=2, improve_passes=2, cutoff_sweeps=1),
                               "random-masked"),
@@ -501,8 +501,11 @@ def test_mixed_sizes_are_checked():
 
 
 def test_the_improvement_keys_are_checked():
-    for key, value in (("improve_every", -1), ("improve_passes", -2), ("cutoff_sweeps", 1.5), ("neighbourhood", 0)):
+    for key, value in (("improve_every", -1), ("improve_passes", -2), ("cutoff_sweeps", 1.5), ("neighbourhood", 0),
+                       ("cutoff_ruins", -1)):
         with pytest.raises(ValueError, match=f"env.{key}="):
             DVRPConfig(**{key: value})
+    with pytest.raises(ValueError, match="env.cutoff_ruins=3"):  # (it sweeps each recreated plan)
+        DVRPConfig(cutoff_ruins=3)
     with pytest.raises(ValueError, match="under oracle: neural"):  # (the local search improves the insertion plan)
         DVRPConfig(oracle="neural", improve_every=1)

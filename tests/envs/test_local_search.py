@@ -131,3 +131,24 @@ def test_a_pass_reads_nothing_back():
         local_search.improve(oracle.plan, oracle.length, oracle.load, oracle.capacity, demand, near, passes=3,
                              margin=oracle.margin)
     assert reads.total == 0, reads.sites.most_common(5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_ruin_and_recreate_keeps_every_plan_feasible_and_shortens_local_optima(dtype):
+    """Customers taken out near one another and put back by cheapest insertion, then swept, kept where shorter: every
+    plan stays feasible with the same customers, none gets longer, and the local search's optima get shorter."""
+    oracle, xy, demand = _day(32, 30, 3, seed=3, dtype=dtype, capacity=60.0)
+    near = local_search.neighbours(xy, 8)
+    swept = local_search.sweep(oracle.plan, oracle.length, oracle.load, oracle.capacity, demand, near, 6,
+                               oracle.margin, chunk=9)
+    plan, length, load = local_search.ruin_and_recreate(*swept, oracle.capacity, demand, near, oracle.margin,
+                                                        iterations=12, size=6)
+    before, after = local_search.plan_cost(swept[0]), local_search.plan_cost(plan)
+    assert bool((after <= before).all()) and float((before - after).mean()) > 0.01 * float(before.mean())
+    for row in range(32):
+        nodes, routes = _nodes(plan, row), _routes(plan, length, row)
+        assert sorted(c for r in routes for c in r) == sorted(_nodes(oracle.plan, row))
+        km = [_walk(r, nodes, (50.0, 50.0)) for r in routes]
+        assert None not in km and sum(km) == pytest.approx(float(after[row]), rel=1e-4, abs=1e-3)
+        for v, r in enumerate(routes):
+            assert sum(float(demand[c, row]) for c in r) == pytest.approx(float(load[v, row]))
