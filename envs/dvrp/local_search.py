@@ -15,6 +15,8 @@ problems with time windows", Computers & Operations Research 40(1)):
 restricted to **granular neighbourhoods** (Toth and Vigo 2003): a customer is only moved next to one of its K nearest
 customers (or to the start of a route), so a pass costs O(B·N·K), not O(B·N²·M²). The best improving move of each row
 (its plan-cost decrease, km) is applied where it improves by more than a tolerance; rows without one keep their plan.
+:func:`ruin_and_recreate` escapes the local optima this leaves (customers near one another taken out and put back by
+cheapest insertion, then swept; kept where shorter).
 
 Every move is checked with the forward / backward slack arithmetic of the insertion oracle (:func:`envs.dvrp.plan
 .schedule`: earliest start ``START`` and latest start ``LATEST`` per position), with its safety ``margin`` on every
