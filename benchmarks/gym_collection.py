@@ -91,6 +91,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="rounds of every contender in turn; the figures are each one's median round, and a "
                              "backend's ratio is the median of its rounds' ratios to SB3's time in the same round")
+    parser.add_argument("--skip_sb3", action="store_true", help="time this project's side alone (no SB3 installed)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
@@ -98,19 +99,20 @@ def main() -> None:
     for n in args.num_envs:
         rounds = []
         for _ in range(args.repeats):
-            times = {"sb3": sb3(n, args.frames)}
+            times = {} if args.skip_sb3 else {"sb3": sb3(n, args.frames)}
             times.update({backend: ours(backend, n, args.frames) for backend in args.backends})
             rounds.append(times)
-        row = {"sb3_us_per_frame": round(median(r["sb3"] for r in rounds), 1)}
+        row = {} if args.skip_sb3 else {"sb3_us_per_frame": round(median(r["sb3"] for r in rounds), 1)}
         for backend in args.backends:
-            row[backend] = {"us_per_frame": round(median(r[backend] for r in rounds), 1),
-                            "ratio_to_sb3": round(median(r[backend] / r["sb3"] for r in rounds), 2)}
+            row[backend] = {"us_per_frame": round(median(r[backend] for r in rounds), 1)}
+            if not args.skip_sb3:
+                row[backend]["ratio_to_sb3"] = round(median(r[backend] / r["sb3"] for r in rounds), 2)
         if args.repeats > 1:
             row["rounds"] = [{k: round(v, 1) for k, v in r.items()} for r in rounds]
         results[str(n)] = row
-        print(f"{n} envs: SB3 {row['sb3_us_per_frame']:.1f} us/frame; "
-              + "; ".join(f"{b} {row[b]['us_per_frame']:.1f} us/frame ({row[b]['ratio_to_sb3']:.2f}x SB3)"
-                          for b in args.backends), flush=True)
+        print(f"{n} envs: " + "; ".join(f"{b} {row[b]['us_per_frame']:.1f} us/frame" + (
+            "" if args.skip_sb3 else f" ({row[b]['ratio_to_sb3']:.2f}x SB3's {row['sb3_us_per_frame']:.1f})")
+            for b in args.backends), flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"env": "CartPole-v1", "frames": args.frames, "threads": 1, "repeats": args.repeats,
                       "num_envs": results, "goal_ratio_at_most": 1.5, "peak_rss_mb": round(peak),

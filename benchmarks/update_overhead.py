@@ -123,49 +123,55 @@ def time_ours(model, batch, updates: int) -> float:
     return (time.perf_counter() - clock.start) / ((steps - 1) * k)
 
 
-def dqn_module(settings: dict, k: int, features: int = 4, actions: int = 2):
-    from tensordict import TensorDict
-    from torchrl.data import Categorical
+def _specs(env_id: str):
+    """The specs of a one-row env of ``env_id``, which the module shapes its networks on (``RLModule.build_on``)."""
+    from envs import EnvSpecs, make_env
+    from envs.gym import GymConfig
 
+    env = make_env(GymConfig(env_id=env_id), 1, 0)
+    try:
+        return EnvSpecs.of(env)
+    finally:
+        env.close()
+
+
+def dqn_module(settings: dict, k: int, features: int = 4, actions: int = 2):
     from modules.dqn import DQNModule
     from modules.q_networks import QNetwork
 
     network = QNetwork(**{key: settings["network"][key] for key in ("num_actions", "hidden_dims", "dueling")})
     model = DQNModule(network, **settings["model"])
-    model.build(Categorical(actions), TensorDict(observation=torch.zeros(1, features), batch_size=[1]))
+    model.build_on(_specs("CartPole-v1"))
     n = settings["batch_size"]
     return model, sample_batch(n, features, torch.randint(actions, (n,)), k)
 
 
 def sac_module(settings: dict, k: int, features: int = 3, dim: int = 1):
-    from tensordict import TensorDict
-    from torchrl.data import Bounded
-
     from modules.sac import SACModule, SACNetworks
 
     model = SACModule(SACNetworks(**settings["network"]), **settings["model"])
-    model.build(Bounded(-2.0, 2.0, shape=(dim,)), TensorDict(observation=torch.zeros(1, features), batch_size=[1]))
+    model.build_on(_specs("Pendulum-v1"))
     n = settings["batch_size"]
     return model, sample_batch(n, features, torch.rand(n, dim) * 4 - 2, k)
 
 
-def ppo_module(settings: dict, k: int, features: int = 4):
-    from tensordict import TensorDict
-
+def ppo_module(settings: dict, k: int, features: int = 4, actions: int = 2):
     from modules.actor_critic import MLPActorCritic
     from modules.ppo import PPOModule
 
     model = PPOModule(MLPActorCritic(**settings["network"]), **settings["model"])
-    model.materialize(TensorDict(observation=torch.zeros(1, features), batch_size=[1]))
-    return model, ppo_minibatch(settings, features, k)
+    model.build_on(_specs("CartPole-v1"))
+    return model, ppo_minibatch(settings, features, actions, k)
 
 
-def ppo_minibatch(settings: dict, features: int, k: int = 1):
-    """``[k, n]`` copies of one PPO minibatch: observations, actions, their log-probabilities, GAE outputs."""
+def ppo_minibatch(settings: dict, features: int, actions: int, k: int = 1):
+    """``[k, n]`` copies of one PPO minibatch of an env with ``features`` observation entries and ``actions``
+    discrete actions (the configs take the number from the env): observations, actions, their log-probabilities,
+    GAE outputs."""
     from tensordict import TensorDict
 
     g = torch.Generator().manual_seed(0)
-    n, actions = settings["batch_size"], settings["network"]["num_actions"]
+    n = settings["batch_size"]
     one = TensorDict(observation=torch.randn(n, features, generator=g),
                      action=torch.randint(actions, (n,), generator=g),
                      action_log_prob=torch.full((n,), -math.log(actions)) + 0.1 * torch.randn(n, generator=g),
@@ -281,7 +287,7 @@ def sac_plain(settings: dict, features: int = 3, dim: int = 1):
     return update
 
 
-def ppo_plain(settings: dict, features: int = 4):
+def ppo_plain(settings: dict, features: int = 4, actions: int = 2):
     """The clipped PPO minibatch update as a plain torch function of the update index."""
     import torch.nn.functional as F
 
@@ -295,11 +301,11 @@ def ppo_plain(settings: dict, features: int = 4):
             width = hidden
         return torch.nn.Sequential(*layers, torch.nn.Linear(width, out))
 
-    actor, critic = mlp(net["num_actions"]), mlp(1)
+    actor, critic = mlp(actions), mlp(1)
     params = [*actor.parameters(), *critic.parameters()]
     optimizer = torch.optim.Adam(params, lr=h["lr"])
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    one = ppo_minibatch(settings, features)[0]
+    one = ppo_minibatch(settings, features, actions)[0]
     obs, action, old_log_prob = one["observation"], one["action"], one["action_log_prob"]
     advantage, target = one["advantage"], one["value_target"]
     eps = h["clip_epsilon"]
