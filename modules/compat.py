@@ -5,15 +5,15 @@ against the new release before the pins move."""
 from __future__ import annotations
 
 import torch
-from jsonargparse._common import parsing_settings
+from jsonargparse._common import denying_import_path_entry, parsing_settings
 from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
 from torch import Tensor
 from torch.utils._pytree import tree_map
 
 WRITTEN_FOR = {"torch": "2.13", "lightning": "2.6", "jsonargparse": "4.53"}
 
-__all__ = ["WRITTEN_FOR", "given_hyperparameters", "import_path_settings", "lerp_", "optimizer_step_between_hooks",
-           "set_import_path_settings", "tree_map"]
+__all__ = ["WRITTEN_FOR", "denying_import_path_entry", "given_hyperparameters", "import_path_settings", "lerp_",
+           "optimizer_step_between_hooks", "set_import_path_settings", "tree_map"]
 
 
 def given_hyperparameters() -> dict | None:

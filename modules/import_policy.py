@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 from jsonargparse import Namespace, set_parsing_settings
 
-from modules.compat import import_path_settings, set_import_path_settings
+from modules.compat import denying_import_path_entry, import_path_settings, set_import_path_settings
 
 ALLOW_ENV = "RLPIPE_ALLOW_IMPORTS"
 PROJECT_PACKAGES = ("envs", "modules", "callbacks", "pipelines")
@@ -64,29 +64,6 @@ def user_packages() -> list[str]:
     return entries
 
 
-def _verdicts() -> tuple[list[str], list[str]]:
-    """The policy's (denied, allowed) entries, as jsonargparse takes them."""
-    return ["*", *DENIED_INSIDE], [*PROJECT_PACKAGES, *LIBRARY_PARTS, *user_packages()]
-
-
-def denying_entry(path: str) -> str | None:
-    """The entry of the policy that refuses the import path ``path`` (the most specific entry that matches decides,
-    as jsonargparse decides), or None when it is allowed.
-
-    Raises:
-        ValueError: a malformed :data:`ALLOW_ENV`.
-    """
-    denied, allowed = _verdicts()
-    parts = path.split(".")
-    for num in range(len(parts), 0, -1):
-        entry = ".".join(parts[:num])
-        if entry in allowed:
-            return None
-        if entry in denied:
-            return entry
-    return "*"
-
-
 def restrict_class_paths() -> None:
     """Refuse every import path a parsed value names except the allowed ones (see the module docstring), for the
     rest of the process (the command line's parser). Call it before parsing; it may be called again (each call adds
@@ -95,8 +72,8 @@ def restrict_class_paths() -> None:
     Raises:
         ValueError: a malformed :data:`ALLOW_ENV`.
     """
-    denied, allowed = _verdicts()
-    set_parsing_settings(import_path_denylist=denied, import_path_allowlist=allowed)
+    set_parsing_settings(import_path_denylist=["*", *DENIED_INSIDE],
+                         import_path_allowlist=[*PROJECT_PACKAGES, *LIBRARY_PARTS, *user_packages()])
 
 
 @contextlib.contextmanager
@@ -129,6 +106,11 @@ def check_named_objects(tree: object, where: str) -> None:
     Raises:
         ValueError: the first refused entry, naming its key, its value and why.
     """
+    with enforced():  # (jsonargparse's own verdicts: the ones it enforces while it builds)
+        _check_leaves(tree, where)
+
+
+def _check_leaves(tree: object, where: str) -> None:
     for key, value in _leaves(tree, where):
         last = key.rpartition(".")[2]
         if last == "_instantiator":
@@ -143,14 +125,14 @@ def check_named_objects(tree: object, where: str) -> None:
 
 def _refusal(path: str) -> str | None:
     """Why the import path ``path`` is refused (by name, or by where the object it reaches is defined), or None."""
-    entry = denying_entry(path)
+    entry = denying_import_path_entry(path)
     if entry is not None:
         return f"it is outside the allowed packages (the {entry!r} entry refuses it)"
     target = _resolve(path)
     if target is None:
         return None  # (not found: building from it fails with its own message; nothing ran)
     defined = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}"
-    entry = denying_entry(defined) if getattr(target, "__module__", None) else None
+    entry = denying_import_path_entry(defined) if getattr(target, "__module__", None) else None
     if entry is not None:
         return f"it names {defined}, outside the allowed packages (the {entry!r} entry refuses it)"
     return None
@@ -185,7 +167,8 @@ def _leaves(tree: object, where: str) -> Iterator[tuple[str, object]]:
 
 
 def check_env_ids(config: Namespace, where: str = "") -> None:
-    """Refuse a gymnasium ``env_id`` of the form ``module:EnvName-v0`` whose module the policy above would refuse:
+    """Refuse a gymnasium ``env_id`` of the form ``module:EnvName-v0`` whose module the policy above refuses (call it
+    after :func:`restrict_class_paths`):
     gymnasium imports that module itself (``gym.make``), past jsonargparse's check. Registered ids (no ``:``) are
     left to the env config, which refuses unknown ones.
 
@@ -198,7 +181,7 @@ def check_env_ids(config: Namespace, where: str = "") -> None:
         path = f"{where}.{key}" if where else str(key)
         if str(key).rpartition(".")[2] == "env_id" and isinstance(value, str) and ":" in value:
             module = value.partition(":")[0].strip()
-            if not module or not all(p.isidentifier() for p in module.split(".")) or denying_entry(module):
+            if not module or not all(p.isidentifier() for p in module.split(".")) or denying_import_path_entry(module):
                 raise ValueError(f"{path}={value!r} would import module {module!r}, which is not allowed: "
                                  f"registered gymnasium ids only, or a module of {', '.join(PROJECT_PACKAGES)} or of "
                                  f"a package {ALLOW_ENV} names")

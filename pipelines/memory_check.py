@@ -20,6 +20,7 @@ from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
 
 from envs import EnvSpecs
 from modules.base import RLModule
+from pipelines.compatibility import random_states_kept
 from pipelines.data import RLDataModule
 
 GB = 1e9
@@ -52,7 +53,7 @@ def network_bytes(model: RLModule, specs: EnvSpecs) -> int | None:
                 for name, tensor in list(table.items()):
                     table[name] = _on_meta(tensor, uninitialized)
         example = specs.example_observation.to("meta")
-        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        with random_states_kept(), torch.device("meta"):
             shaped.build_on(dataclasses.replace(specs, example_observation=example))
     except Exception:  # (a module that reads a value while it is shaped: nothing can be said in advance)
         return None

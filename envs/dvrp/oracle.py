@@ -196,7 +196,8 @@ class InsertionOracle(CostOracle):
         self.plan[:, :span] = new
         self.length, self.load = length, load
         self.plan_cost = self.plan_cost + increase
-        self.demand.scatter_(0, q["request"].view(1, -1), q["demand"].view(1, -1))
+        if self._neighbours_known:  # (only the local search reads the demands back)
+            self.demand.scatter_(0, q["request"].view(1, -1), q["demand"].view(1, -1))
         return increase
 
     def improve(self, passes: int, rows: Tensor | None = None) -> Tensor:
