@@ -4,6 +4,7 @@ batches) and :class:`EnvDataModule` (the env, its collector, calls on the traini
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import lightning as L
@@ -53,7 +54,7 @@ class RLDataModule(FrameStream, L.LightningDataModule):
         self.seed = 0 if seed is None else int(seed)
         self.device = device
         self.stop_request: str | None = None  # the signal that asked training to stop (request_stop)
-        self.streaming = False  # whether the stream of batches began (a stop signal waits for a step boundary then)
+        self.building = False  # while envs or the collector are built: a stop signal ends the run at once (no state)
         self.expected_world_size = 1  # ranks, before the trainer is attached (check_budget)
 
     @property
@@ -148,7 +149,8 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         self.resolve_device()
         self.check_device(self.device)
         if self.env is None:
-            self.env = make_env(self.env_config, self.num_envs, self.first_seed, self.device, self.env_models)
+            with self.interruptible():
+                self.env = make_env(self.env_config, self.num_envs, self.first_seed, self.device, self.env_models)
             self.control = EnvControl(self.env, self.workers)
 
     def env_specs(self) -> EnvSpecs:
@@ -171,29 +173,45 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
     def collector(self) -> Iterator[TensorDict]:
         """The collector (built on first use, so a restored checkpoint's env state is in place)."""
         if self._collector is None:
-            policy, options = self.trainer.lightning_module.collector_policy, self.collector_options
-            if options.ray_options is not None:
-                self._collector = RayWorkerCollector(self.env_config, self.env_models, self.num_envs, self.workers,
-                                                     self.first_seed, policy, self.frames_per_batch,
-                                                     options.ray_options, options.worker_timeout_s,
-                                                     self.control.startup_calls(),
-                                                     self.control.later_calls, **self._collector_options())
-                self.control.connect(self._collector, keep_calls=options.ray_options.max_restarts > 0)
-            elif self.workers:
-                self._collector = WorkerCollector(self.env_config, self.env_models, self.num_envs, self.workers,
-                                                  self.first_seed, policy, self.frames_per_batch,
-                                                  options.worker_timeout_s, self.control.startup_calls(),
-                                                  asynchronous=options.mode == "async",
-                                                  **self._collector_options())
-                self.control.connect(self._collector)
-            else:
-                self._collector = local_collector(self.env, policy, self.frames_per_batch,
-                                                  **options.policy_options, **self._collector_options())
-                if self._restored_carry:  # a recurrent policy's states where the checkpointed run left them
-                    live = collector_carry(self._collector, carried_keys(policy))
-                    set_collector_carry(self._collector, checked_carry(self._restored_carry, live))
-                    self._restored_carry = None
+            with self.interruptible():
+                self._build_collector()
         return self._collector
+
+    def _build_collector(self) -> None:
+        """Build the collector: in this process, on rollout workers or on Ray actors (see :meth:`collector`)."""
+        policy, options = self.trainer.lightning_module.collector_policy, self.collector_options
+        if options.ray_options is not None:
+            self._collector = RayWorkerCollector(self.env_config, self.env_models, self.num_envs, self.workers,
+                                                 self.first_seed, policy, self.frames_per_batch,
+                                                 options.ray_options, options.worker_timeout_s,
+                                                 self.control.startup_calls(),
+                                                 self.control.later_calls, **self._collector_options())
+            self.control.connect(self._collector, keep_calls=options.ray_options.max_restarts > 0)
+        elif self.workers:
+            self._collector = WorkerCollector(self.env_config, self.env_models, self.num_envs, self.workers,
+                                              self.first_seed, policy, self.frames_per_batch,
+                                              options.worker_timeout_s, self.control.startup_calls(),
+                                              asynchronous=options.mode == "async",
+                                              **self._collector_options())
+            self.control.connect(self._collector)
+        else:
+            self._collector = local_collector(self.env, policy, self.frames_per_batch,
+                                              **options.policy_options, **self._collector_options())
+            if self._restored_carry:  # a recurrent policy's states where the checkpointed run left them
+                live = collector_carry(self._collector, carried_keys(policy))
+                set_collector_carry(self._collector, checked_carry(self._restored_carry, live))
+                self._restored_carry = None
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """A stretch where a stop signal ends the run at once (``building``: the envs or the collector being built,
+        which takes minutes for a million gymnasium envs and holds nothing to save); elsewhere it waits for the
+        next step boundary (:func:`pipelines.stop_signals.on_stop_signal`)."""
+        self.building = True
+        try:
+            yield
+        finally:
+            self.building = False
 
     def _collector_options(self) -> dict:
         """Extra collector arguments of a pipeline."""

@@ -52,7 +52,6 @@ class FrameStream:
         iterator = iter(self.collector())
         module.restore_rng()  # (after the collector is built: a resumed run draws on from the checkpoint's state)
         collector = self.collector()
-        self.streaming = True  # from here a stop signal waits for the next step boundary (pipelines.stop_signals)
         while module.collected_frames < self.total_frames:
             self.check_stop()
             batch = next(iterator)
