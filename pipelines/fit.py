@@ -17,9 +17,10 @@ training stops before the next collection, writing ``last.ckpt`` when the config
 or stalled names itself in the error). A signal while the envs or the collector are being built (nothing to
 save yet; a million gymnasium envs take minutes) stops the run at once; anywhere else, at the next step boundary.
 A signal arms a last-resort deadline: a run still alive :data:`pipelines.stop_signals.STOP_GRACE_S` seconds after it
-(e.g. inside one very long collection) prints every thread's stack and exits with status 1. A fit started by ``pipelines.seeds`` stops when that command
-dies, even by SIGKILL (:func:`pipelines.stop_signals.die_with_parent`). Checkpoints written before are kept intact
-(:class:`pipelines.checkpoints.AtomicCheckpointIO` writes each to a temporary file in its folder and renames it).
+(e.g. inside one very long collection) prints every thread's stack and exits with status 1. A fit started by
+``pipelines.seeds`` stops when that command dies, even by SIGKILL (:func:`pipelines.stop_signals.die_with_parent`).
+Checkpoints written before are kept intact (:class:`pipelines.checkpoints.AtomicCheckpointIO` writes each to a
+temporary file in its folder and renames it).
 """
 
 from __future__ import annotations
