@@ -8,6 +8,8 @@ from torch import nn
 from torchrl.envs import Compose, EnvBase, InitTracker, TensorDictPrimer, Transform, TransformedEnv
 from torchrl.modules.utils import get_primers_from_module
 
+from envs.restored import RestoredStateError, restored_mapping, restored_tensor
+
 
 def recurrent_transforms(policy: object) -> Transform | None:
     """``InitTracker`` and the primer of ``policy``'s recurrent modules (e.g. TorchRL's ``LSTMModule``), as one
@@ -36,3 +38,18 @@ def _primed(transform: Transform) -> list:
     if isinstance(transform, Compose):
         return [key for part in transform for key in _primed(part)]
     return list(transform.primers.keys(True, True)) if isinstance(transform, TensorDictPrimer) else []
+
+
+def checked_carry(carry: object, live: dict | None) -> dict:
+    """A checkpoint's recurrent policy states (``policy_carry``) checked against the collector's own (``live``): the
+    same entries, each of its shape and dtype, finite.
+
+    Raises:
+        RestoredStateError: names the first entry that differs.
+    """
+    live = live or {}
+    carry = restored_mapping(carry, "policy_carry")
+    if sorted(map(str, carry)) != sorted(map(str, live)):
+        raise RestoredStateError(f"policy_carry holds {sorted(map(str, carry))}, this run's policy carries "
+                                 f"{sorted(map(str, live))}")
+    return {key: restored_tensor(value, f"policy_carry.{key}", live[key].cpu()) for key, value in carry.items()}

@@ -13,8 +13,7 @@ from tensordict import TensorDict
 from torchrl.envs import EnvBase
 
 from envs import EnvConfig, EnvSpecs, make_env, unwrap
-from envs.policy_state import carried_keys
-from envs.restored import RestoredStateError, restored_mapping, restored_tensor
+from envs.policy_state import carried_keys, checked_carry
 from pipelines.compat import collector_carry, set_collector_carry
 from pipelines.data.collectors import WorkerCollector, local_collector
 from pipelines.data.env_control import EnvControl, TrainingEnvCalls, resolve
@@ -266,21 +265,6 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
             self.resumed_env = bool(applied)
             if applied and (self.trainer is None or self.trainer.global_rank == 0):
                 self._restored_carry = state_dict.get("policy_carry")
-
-
-def checked_carry(carry: object, live: dict | None) -> dict:
-    """A checkpoint's recurrent policy states (``policy_carry``) checked against the collector's own (``live``): the
-    same entries, each of its shape and dtype, finite.
-
-    Raises:
-        RestoredStateError: names the first entry that differs.
-    """
-    live = live or {}
-    carry = restored_mapping(carry, "policy_carry")
-    if sorted(map(str, carry)) != sorted(map(str, live)):
-        raise RestoredStateError(f"policy_carry holds {sorted(map(str, carry))}, this run's policy carries "
-                                 f"{sorted(map(str, live))}")
-    return {key: restored_tensor(value, f"policy_carry.{key}", live[key].cpu()) for key, value in carry.items()}
 
 
 def _cpu_copy(weights: dict) -> dict:
