@@ -1,7 +1,7 @@
 """How a fit stops early on SIGINT or SIGTERM: at the next step boundary (nothing interrupted midway), or at once
-while its envs or collector are being built (``RLDataModule.interruptible``: nothing to save yet), with a
-last-resort deadline (:data:`STOP_GRACE_S`), and an exit status of 128 + the signal's number; and how a fit started
-by another command ends with it (:func:`die_with_parent`)."""
+while its envs or collector are being built or its first batch collected (``RLDataModule.interruptible``: nothing
+new to save), with a last-resort deadline (:data:`STOP_GRACE_S`), and an exit status of 128 + the signal's number;
+and how a fit started by another command ends with it (:func:`die_with_parent`)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def on_stop_signal(data: RLDataModule, signum: int, frame) -> None:
         return
     data.request_stop(name)
     faulthandler.dump_traceback_later(STOP_GRACE_S, exit=True)
-    if data.building:  # envs or the collector being built: nothing trained, nothing to save
+    if data.building:  # envs or the collector being built, the first batch collected: nothing new to save
         raise StopRequested(name)
     os.write(2, f"{name}: training stops after the current step (Ctrl+C again to stop at once)\n".encode())
 

@@ -53,7 +53,7 @@ class RLDataModule(FrameStream, L.LightningDataModule):
         self.seed = 0 if seed is None else int(seed)
         self.device = device
         self.stop_request: str | None = None  # the signal that asked training to stop (request_stop)
-        self.building = False  # while envs or the collector are built: a stop signal ends the run at once (no state)
+        self.building = False  # True in `interruptible` stretches: a stop signal ends the run at once
         self.expected_world_size = 1  # ranks, before the trainer is attached (check_budget)
 
     @property
@@ -204,8 +204,14 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
     @contextlib.contextmanager
     def interruptible(self) -> Iterator[None]:
         """A stretch where a stop signal ends the run at once (``building``: the envs or the collector being built,
-        which takes minutes for a million gymnasium envs and holds nothing to save); elsewhere it waits for the
-        next step boundary (:func:`pipelines.stop_signals.on_stop_signal`)."""
+        or the process's first batch collected, which take minutes for a million gymnasium envs and hold nothing
+        to save); elsewhere it waits for the next step boundary (:func:`pipelines.stop_signals.on_stop_signal`).
+        A stop asked for before the stretch ends the run as it begins.
+
+        Raises:
+            StopRequested: a stop signal came (before or during the stretch).
+        """
+        self.check_stop()
         self.building = True
         try:
             yield

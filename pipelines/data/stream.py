@@ -13,9 +13,11 @@ from torch.utils.data import DataLoader, IterableDataset
 from callbacks.base import RLCallback
 
 
-class StopRequested(Exception):
+class StopRequested(BaseException):
     """Training stops early at a step boundary because of a signal (SIGINT, SIGTERM); ``pipelines.fit`` turns
-    it into a non-zero exit status."""
+    it into a non-zero exit status. A ``BaseException``, as ``KeyboardInterrupt``: raised by a signal handler
+    inside library code, it passes that code's ``except Exception`` fallbacks (torchrl's env and collector
+    construction has some) instead of being swallowed."""
 
     def __init__(self, signal_name: str) -> None:
         super().__init__(f"training stopped by {signal_name}")
@@ -52,9 +54,15 @@ class FrameStream:
         iterator = iter(self.collector())
         module.restore_rng()  # (after the collector is built: a resumed run draws on from the checkpoint's state)
         collector = self.collector()
+        first = True
         while module.collected_frames < self.total_frames:
             self.check_stop()
-            batch = next(iterator)
+            if first:  # nothing trained by this process yet: a stop signal ends the collection at once
+                with self.interruptible():
+                    batch = next(iterator)
+                first = False
+            else:
+                batch = next(iterator)
             version = batch.get("policy_version", None)
             batch = module.on_collected(batch)
             if version is not None:  # (recorded after on_collected, which writes the previous batch's metrics)

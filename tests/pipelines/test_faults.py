@@ -17,6 +17,8 @@ import time
 import pytest
 import torch
 
+from envs.gym import GymConfig
+from pipelines.data import CollectorOptions, OnPolicyDataModule, StopRequested
 from tests.pipelines.conftest import REPO
 
 VACUUM = str(REPO / "configs" / "vacuum.yaml")
@@ -175,6 +177,20 @@ def test_a_signal_to_the_learner_stops_the_run(tmp_path, signum, status):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     end = torch.load(tmp_path / "resumed" / "vacuum" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
     assert end["rl_state"]["collected_frames"] >= frames + 512 and end["global_step"] > step
+
+
+def test_a_stop_asked_for_before_an_interruptible_stretch_ends_the_run_as_it_begins():
+    """A signal that came where the run waits for a step boundary (the config being written), just before the envs
+    are built (minutes for a million gymnasium envs), ends the run when that build begins, not after it; the stop is a
+    ``BaseException``, which torchrl's ``except Exception`` fallbacks inside the build do not swallow."""
+    data = OnPolicyDataModule(GymConfig(env_id="CartPole-v1"), CollectorOptions(num_envs=1, frames_per_batch=8))
+    built = []
+    with data.interruptible():  # no stop asked for: the stretch runs
+        built.append(True)
+    data.request_stop("SIGTERM")
+    with pytest.raises(StopRequested, match="SIGTERM"), data.interruptible():
+        built.append(False)
+    assert built == [True] and not data.building and not issubclass(StopRequested, Exception)
 
 
 def test_sigterm_while_a_million_envs_are_built_ends_the_run_at_once(tmp_path):
