@@ -2,7 +2,7 @@
 insertion plan and the plan improved by the batched local search (``envs.dvrp.local_search``) under each setting.
 
     python benchmarks/dvrp_router.py [--episodes 32] [--rules clairvoyant informed fallback] [--seed 10000000]
-        [--settings '{"name": {"improve_every": 1, "cutoff_sweeps": 2, "cutoff_ruins": 30}, ...}'] [--key=value ...]
+        [--settings '{"name": {"improve_every": 1, "cutoff_sweeps": 4, "cutoff_ruins": 30}, ...}'] [--key=value ...]
 
 Every rule plays the same days (``pipelines.evaluate``'s evaluation seed by default) under every setting; the
 insertion payment (``improve_every: 0, cutoff_sweeps: 0``) is the reference row. Prints a table and, as the last
@@ -29,8 +29,8 @@ from pipelines.console import rounded  # noqa: E402
 from pipelines.evaluate import play  # noqa: E402
 
 INSERTION = {"improve_every": 0, "cutoff_sweeps": 0}
-SETTINGS = {"improved": {"improve_every": 1, "cutoff_sweeps": 4},
-            "improved+ruins": {"improve_every": 1, "cutoff_sweeps": 2, "cutoff_ruins": 30}}
+SETTINGS = {"improved": {"improve_every": 1, "improve_passes": 1, "cutoff_sweeps": 4},
+            "improved+ruins": {"improve_every": 1, "improve_passes": 2, "cutoff_sweeps": 4, "cutoff_ruins": 30}}
 
 
 def _mean_se(values: torch.Tensor) -> tuple[float, float]:

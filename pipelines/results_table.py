@@ -46,7 +46,8 @@ def pyvrp_gaps(results: dict[str, dict], config: EnvConfig, episodes: int,
         if found:
             gaps[label] = sum(ratios) / max(len(ratios), 1)
         if found and HINDSIGHT in results:  # the same decisions, the plan re-solved: what the decisions alone lose
-            saved = torch.tensor([online - ref if ref is not None else 0.0 for online, ref in found],
+            # (the better of the two plans: an env that improves its own plan can beat a short PyVRP run)
+            saved = torch.tensor([max(online - ref, 0.0) if ref is not None else 0.0 for online, ref in found],
                                  dtype=torch.float64)
             k = len(found)
             resolved[label] = hindsight_gap(results[HINDSIGHT]["episode_return"][:k],

@@ -83,9 +83,10 @@ class DVRPConfig(EnvConfig):
             of the figures before 2026-11-28, and still the default until the configs are retrained under the new
             one).
         cutoff_ruins: after the cut-off's sweeps, this many ruin-and-recreate iterations (a customer and its K
-            nearest taken out and put back by cheapest insertion, then swept once; kept where shorter): escapes the
-            local search's local optima (needs ``cutoff_sweeps`` >= 1).
-        neighbourhood: K, each customer's nearest customers the local search moves it next to (granular
+            most related taken out and put back by cheapest insertion, then swept once; kept where shorter): escapes
+            the local search's local optima (needs ``cutoff_sweeps`` >= 1).
+        neighbourhood: K, each customer's most related customers in the plan (near in km and in time,
+            :func:`envs.dvrp.local_search.neighbours`) that the local search moves it next to (granular
             neighbourhoods).
 
     Raises:

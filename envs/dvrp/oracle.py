@@ -136,8 +136,8 @@ class InsertionOracle(CostOracle):
         self.capacity = torch.zeros(m, b, device=device, dtype=dtype)  # per vehicle; -1 out of the day's fleet
         self.plan_cost = torch.zeros(b, device=device, dtype=dtype)
         self.demand = torch.zeros(num_customers, b, device=device, dtype=dtype)  # each customer's, for the search
-        self.near = torch.zeros(min(neighbourhood, max(num_customers - 1, 1)), num_customers, b, dtype=torch.long,
-                                device=device)  # each customer's nearest others (local_search.neighbours)
+        self.neighbourhood = min(neighbourhood, max(num_customers - 1, 1))  # K of local_search.neighbours
+        self.xy = torch.zeros(b, num_customers, 2, device=device, dtype=dtype)  # every customer's, for the search
         self._neighbours_known = False
         self._quoted: dict = {}
         self.checks = Checks()
@@ -146,7 +146,7 @@ class InsertionOracle(CostOracle):
               xy: Tensor | None = None) -> None:
         dtype, length, b = self.plan.dtype, self.plan.shape[1], self.plan.shape[-1]
         if xy is not None:
-            self.near = torch.where(rows, local_search.neighbours(xy.to(dtype), self.near.shape[0]), self.near)
+            self.xy = torch.where(rows.view(-1, 1, 1), xy.to(dtype), self.xy)
             self._neighbours_known = True
         m = self.plan.shape[2]
         in_fleet = torch.arange(m, device=fleet.device).unsqueeze(-1) < fleet  # [M, B]
@@ -210,9 +210,10 @@ class InsertionOracle(CostOracle):
         if passes <= 0:
             return torch.zeros_like(self.plan_cost)
         request = self._quoted["request"].view(1, -1)
-        focus = torch.cat([request, self._known_near().gather(1, request.unsqueeze(0).expand(
-            self.near.shape[0], -1, -1)).squeeze(1)])
-        found = local_search.improve(self.plan, self.length, self.load, self.capacity, self.demand, self.near,
+        focus = torch.cat([request, self._near(request).squeeze(1)])  # [K + 1, B]
+        near = torch.zeros(focus.shape[0] - 1, *self.demand.shape, dtype=torch.long, device=focus.device)
+        near = near.scatter(1, focus.unsqueeze(0).expand(near.shape[0], -1, -1), self._near(focus))  # (read: focus)
+        found = local_search.improve(self.plan, self.length, self.load, self.capacity, self.demand, near,
                                      passes, self.margin, focus)
         return self._take(*found, rows)
 
@@ -225,17 +226,22 @@ class InsertionOracle(CostOracle):
         """
         if sweeps <= 0:
             return torch.zeros_like(self.plan_cost)
-        found = local_search.sweep(self.plan, self.length, self.load, self.capacity, self.demand, self._known_near(),
-                                   sweeps, self.margin, chunk=self.near.shape[0] + 1)
+        near = self._near()
+        found = local_search.sweep(self.plan, self.length, self.load, self.capacity, self.demand, near, sweeps,
+                                   self.margin, chunk=near.shape[0] + 1)
         if ruins > 0:
-            found = local_search.ruin_and_recreate(*found, self.capacity, self.demand, self.near, self.margin, ruins,
-                                                   size=self.near.shape[0] + 1)
+            found = local_search.ruin_and_recreate(*found, self.capacity, self.demand, near, self.margin, ruins,
+                                                   size=near.shape[0] + 1)
         return self._take(*found, rows)
 
-    def _known_near(self) -> Tensor:
+    def _near(self, of: Tensor | None = None) -> Tensor:
+        """Each customer's (``of``'s, ``[U, B]``) most related customers in the plan, in km and time (``[K, N, B]``,
+        ``[K, U, B]``; :func:`envs.dvrp.local_search.neighbours`; the set in the plan does not change during a
+        search)."""
         if not self._neighbours_known:
             raise ValueError("improving a plan needs the customers' coordinates at reset (reset(..., xy=...))")
-        return self.near
+        routed, windows = local_search.routed_windows(self.plan, self.demand.shape[0])
+        return local_search.neighbours(self.xy, self.neighbourhood, routed, windows, of)
 
     def _take(self, plan: Tensor, length: Tensor, load: Tensor, rows: Tensor | None) -> Tensor:
         """Adopt an improved plan (in ``rows`` only, when given); the km saved ``[B]``."""

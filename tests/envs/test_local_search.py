@@ -152,3 +152,23 @@ def test_ruin_and_recreate_keeps_every_plan_feasible_and_shortens_local_optima(d
         assert None not in km and sum(km) == pytest.approx(float(after[row]), rel=1e-4, abs=1e-3)
         for v, r in enumerate(routes):
             assert sum(float(demand[c, row]) for c in r) == pytest.approx(float(load[v, row]))
+
+
+def test_neighbourhoods_are_routed_customers_related_in_km_and_time():
+    """A neighbourhood holds customers in the plan first; near in km but hours apart in time ranks after a farther
+    customer whose window follows on; the neighbours of a few customers (``of``) are those of the whole table."""
+    xy = torch.tensor([[[0.0, 0.0], [1.0, 0.0], [5.0, 0.0], [2.0, 0.0]]])
+    windows = torch.tensor([[0.0, 900.0, 10.0, 500.0], [10.0, 910.0, 20.0, 510.0], [0.0, 0.0, 0.0, 0.0]]).unsqueeze(-1)
+    assert local_search.neighbours(xy, 1)[0, 0, 0] == 1  # km alone: customer 1
+    assert local_search.neighbours(xy, 1, windows=windows)[0, 0, 0] == 2  # 1's window is 900 later, 3's 500
+    routed = torch.tensor([True, True, True, False]).unsqueeze(-1)
+    assert local_search.neighbours(xy, 2, routed)[:, 0, 0].tolist() == [1, 2]  # 3 (2 km) is not in the plan
+    oracle, xy, _ = _day(16, 20, 2, 5, torch.float32, 30.0)
+    routed, windows = local_search.routed_windows(oracle.plan, 20)
+    assert 0 < routed.sum() < routed.numel()  # (some requests refused: not in the plan)
+    every = local_search.neighbours(xy, 6, routed, windows)
+    of = torch.randint(20, (3, 16), generator=torch.Generator().manual_seed(0))
+    some = local_search.neighbours(xy, 6, routed, windows, of)
+    assert torch.equal(some, every.gather(1, of.unsqueeze(0).expand(6, -1, -1)))
+    both = routed.sum(0) > 6  # rows with more than K routed customers: every neighbour of a routed one is routed
+    assert routed.gather(0, every.flatten(0, 1)).view(6, 20, 16)[:, routed & both].all()
