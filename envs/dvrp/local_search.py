@@ -96,7 +96,7 @@ def routed_windows(plan: Tensor, num_customers: int) -> tuple[Tensor, Tensor]:
     index = node.where(node >= 0, num_customers)
     found = torch.zeros(num_customers + 1, plan.shape[-1], dtype=torch.bool, device=plan.device)
     routed = found.scatter(0, index, True)[:-1]
-    channels = plan[[READY, DUE, SERVICE]].flatten(1, 2)  # [3, LM, B]
+    channels = plan[READY:SERVICE + 1].flatten(1, 2)  # [3, LM, B] (READY, DUE, SERVICE: a slice, no index tensor)
     windows = torch.zeros(3, num_customers + 1, plan.shape[-1], dtype=plan.dtype, device=plan.device)
     return routed, windows.scatter(1, index.unsqueeze(0).expand(3, -1, -1), channels)[:, :-1]
 

@@ -19,7 +19,7 @@ from pipelines.data.collectors import WorkerCollector, local_collector
 from pipelines.data.env_control import EnvControl, TrainingEnvCalls, resolve
 from pipelines.data.options import CollectorOptions, require
 from pipelines.data.ray_collector import RayWorkerCollector
-from pipelines.data.stream import FrameStream
+from pipelines.data.stream import FrameStream, StopRequested
 from pipelines.env_models import env_models
 
 
@@ -211,7 +211,8 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         Raises:
             StopRequested: a stop signal came (before or during the stretch).
         """
-        self.check_stop()
+        if self.stop_request is not None:
+            raise StopRequested(self.stop_request)
         self.building = True
         try:
             yield
