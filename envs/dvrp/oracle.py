@@ -210,23 +210,25 @@ class InsertionOracle(CostOracle):
         if passes <= 0:
             return torch.zeros_like(self.plan_cost)
         request = self._quoted["request"].view(1, -1)
-        focus = torch.cat([request, self._near(request).squeeze(1)])  # [K + 1, B]
+        in_plan = self._in_plan()  # (once: the two neighbourhoods below read the same plan)
+        focus = torch.cat([request, self._near(request, in_plan).squeeze(1)])  # [K + 1, B]
         near = torch.zeros(focus.shape[0] - 1, *self.demand.shape, dtype=torch.long, device=focus.device)
-        near = near.scatter(1, focus.unsqueeze(0).expand(near.shape[0], -1, -1), self._near(focus))  # (read: focus)
+        near = near.scatter(1, focus.unsqueeze(0).expand(near.shape[0], -1, -1),
+                            self._near(focus, in_plan))  # (only the focus's rows are read)
         found = local_search.improve(self.plan, self.length, self.load, self.capacity, self.demand, near,
                                      passes, self.margin, focus)
         return self._take(*found, rows)
 
     def reoptimise(self, rows: Tensor, sweeps: int, ruins: int = 0) -> Tensor:
         """:func:`envs.dvrp.local_search.sweep` of the whole plans of ``rows``, then ``ruins`` iterations of
-        :func:`envs.dvrp.local_search.ruin_and_recreate` (each takes out a customer and its nearest).
+        :func:`envs.dvrp.local_search.ruin_and_recreate` (each takes out a customer and its most related).
 
         Raises:
             ValueError: the plans were reset without the customers' coordinates (``xy``).
         """
         if sweeps <= 0:
             return torch.zeros_like(self.plan_cost)
-        near = self._near()
+        near = self._near(None, self._in_plan())
         found = local_search.sweep(self.plan, self.length, self.load, self.capacity, self.demand, near, sweeps,
                                    self.margin, chunk=near.shape[0] + 1)
         if ruins > 0:
@@ -234,14 +236,21 @@ class InsertionOracle(CostOracle):
                                                    size=near.shape[0] + 1)
         return self._take(*found, rows)
 
-    def _near(self, of: Tensor | None = None) -> Tensor:
-        """Each customer's (``of``'s, ``[U, B]``) most related customers in the plan, in km and time (``[K, N, B]``,
-        ``[K, U, B]``; :func:`envs.dvrp.local_search.neighbours`; the set in the plan does not change during a
-        search)."""
+    def _in_plan(self) -> tuple[Tensor, Tensor]:
+        """The customers in the plan and their windows (:func:`envs.dvrp.local_search.routed_windows`; the set does
+        not change during a search).
+
+        Raises:
+            ValueError: the plans were reset without the customers' coordinates (``xy``).
+        """
         if not self._neighbours_known:
             raise ValueError("improving a plan needs the customers' coordinates at reset (reset(..., xy=...))")
-        routed, windows = local_search.routed_windows(self.plan, self.demand.shape[0])
-        return local_search.neighbours(self.xy, self.neighbourhood, routed, windows, of)
+        return local_search.routed_windows(self.plan, self.demand.shape[0])
+
+    def _near(self, of: Tensor | None, in_plan: tuple[Tensor, Tensor]) -> Tensor:
+        """Each customer's (``of``'s, ``[U, B]``) most related customers of ``in_plan`` (:meth:`_in_plan`), in km and
+        time: ``[K, N, B]`` (``[K, U, B]``; :func:`envs.dvrp.local_search.neighbours`)."""
+        return local_search.neighbours(self.xy, self.neighbourhood, *in_plan, of)
 
     def _take(self, plan: Tensor, length: Tensor, load: Tensor, rows: Tensor | None) -> Tensor:
         """Adopt an improved plan (in ``rows`` only, when given); the km saved ``[B]``."""

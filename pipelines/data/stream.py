@@ -4,6 +4,7 @@ the budget in batches and training steps."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import torch
@@ -57,12 +58,10 @@ class FrameStream:
         first = True
         while module.collected_frames < self.total_frames:
             self.check_stop()
-            if first:  # nothing trained by this process yet: a stop signal ends the collection at once
-                with self.interruptible():
-                    batch = next(iterator)
-                first = False
-            else:
+            # nothing trained by this process before its first batch: a stop signal ends that collection at once
+            with self.interruptible() if first else contextlib.nullcontext():
                 batch = next(iterator)
+            first = False
             version = batch.get("policy_version", None)
             batch = module.on_collected(batch)
             if version is not None:  # (recorded after on_collected, which writes the previous batch's metrics)
