@@ -3,6 +3,7 @@ optimiser steps, several of which one training step may take."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import lightning as L
@@ -10,6 +11,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint as LightningModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from envs.restored import RestoredStateError, restored_mapping, restored_tensor
 from modules.checks import nonfinite_weights
 
 
@@ -79,6 +81,33 @@ class ModelCheckpoint(LightningModelCheckpoint):
             self._save_topk_checkpoint(trainer, candidates)
             self._save_last_checkpoint(trainer, candidates)
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Lightning's restore, after a check of what it takes from the file: the checkpoints it names (the last,
+        the best, the top k) are files of ``.ckpt`` directly in the checkpoint's folder, and their scores numbers
+        or None. Lightning deletes a replaced checkpoint by the path the file gives (``fs.rm(recursive=True)``),
+        guarded by a test that ``..`` passes: an edited ``last_model_path`` deleted a file outside the run.
+
+        Raises:
+            RestoredStateError: names the entry and what it must be.
+        """
+        state = restored_mapping(state_dict, "ModelCheckpoint", ("best_model_path", "best_model_score"))
+        dirpath = state.get("dirpath", self.dirpath)
+        if not isinstance(dirpath, str | None):
+            raise RestoredStateError(f"ModelCheckpoint.dirpath is {type(dirpath).__name__}, not a folder's path")
+        models = state.get("best_k_models") or {}
+        if not isinstance(models, dict):
+            raise RestoredStateError(f"ModelCheckpoint.best_k_models is {type(models).__name__}, not a mapping")
+        paths = {"best_model_path": state["best_model_path"], "kth_best_model_path": state.get("kth_best_model_path"),
+                 "last_model_path": state.get("last_model_path"), **{f"best_k_models[{k!r}]": k for k in models}}
+        for key, path in paths.items():
+            _checked_checkpoint_path(path, dirpath, f"ModelCheckpoint.{key}")
+        for key, score in {"best_model_score": state["best_model_score"], "kth_value": state.get("kth_value"),
+                           **{f"best_k_models[{k!r}]": v for k, v in models.items()}}.items():
+            if score is not None:
+                restored_tensor(torch.as_tensor(score) if isinstance(score, float) else score,
+                                f"ModelCheckpoint.{key}", shape=(), finite=False)
+        super().load_state_dict(state_dict)
+
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         stop = isinstance(exception, SIGTERMException) or getattr(exception, "signal_name", None) is not None
         if self.save_last and stop and not self._should_skip_saving_checkpoint(trainer):
@@ -89,3 +118,20 @@ class ModelCheckpoint(LightningModelCheckpoint):
         if self.save_last and not self._should_skip_saving_checkpoint(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
         super().on_train_end(trainer, pl_module)
+
+
+def _checked_checkpoint_path(path: object, dirpath: str | None, key: str) -> None:
+    """A restored checkpoint path: empty, or a ``.ckpt`` file directly in ``dirpath`` once both are resolved
+    (symbolic links, ``..``).
+
+    Raises:
+        RestoredStateError: names ``key``, the path and the folder.
+    """
+    if path is None or path == "":
+        return
+    if not isinstance(path, str):
+        raise RestoredStateError(f"{key} is {type(path).__name__}, not a path")
+    inside = dirpath is not None and os.path.dirname(os.path.realpath(path)) == os.path.realpath(dirpath)
+    if not inside or not path.endswith(".ckpt"):
+        raise RestoredStateError(f"{key}={path!r} is not a .ckpt file of the checkpoint folder {dirpath!r}: "
+                                 f"Lightning would delete it when it replaces that checkpoint")

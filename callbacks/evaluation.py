@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -11,7 +12,7 @@ import numpy as np
 import torch
 
 from callbacks.compat import add_summary
-from envs import unwrap
+from envs import has, unwrap
 from envs.episodes import play_episodes
 from envs.restored import RestoredStateError, restored_number
 from envs.video import can_render, gif_bytes
@@ -95,11 +96,17 @@ class PolicyEvaluation(L.Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.schedule.load_state_dict(state_dict)
-        self.best = restored_number(state_dict.get("best", -math.inf), "PolicyEvaluation.best", integer=False,
-                                    infinite=True)
+        best = state_dict.get("best", -math.inf)
+        self.best = best if best == -math.inf else restored_number(best, "PolicyEvaluation.best", integer=False)
         history = state_dict.get("history", self.history)
         if not isinstance(history, list) or not all(isinstance(h, dict) for h in history):
             raise RestoredStateError("PolicyEvaluation.history is not a list of evaluations")
+        for i, entry in enumerate(history):  # (a NaN there was printed as the best result, exit 0)
+            restored_number(entry.get("frames"), f"PolicyEvaluation.history[{i}].frames", integer=False, low=0)
+            for name, value in entry.items():
+                if not isinstance(name, str):
+                    raise RestoredStateError(f"PolicyEvaluation.history[{i}] has the key {name!r}, not a metric")
+                restored_number(value, f"PolicyEvaluation.history[{i}].{name}", integer=False)
         self.history = list(history)
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
@@ -153,11 +160,14 @@ class PolicyEvaluation(L.Callback):
         was_training = pl_module.training
         pl_module.eval()
         metrics = {}
-        for name, settings in (self.settings or {None: None}).items():
-            if name not in self._envs:
-                self._envs[name] = trainer.datamodule.make_eval_env(self.num_envs, self.seed, settings)
-            prefix = "eval/" if name is None else f"eval/{name}/"
-            metrics.update({prefix + k: v for k, v in self._play(self._envs[name], pl_module, prefix).items()})
+        # a stop signal ends the run at once while the evaluation plays (a long one outlasted the stop's deadline):
+        # it holds nothing to save, and the checkpoint written then is the state after the training step
+        with getattr(trainer.datamodule, "interruptible", contextlib.nullcontext)():
+            for name, settings in (self.settings or {None: None}).items():
+                if name not in self._envs:
+                    self._envs[name] = trainer.datamodule.make_eval_env(self.num_envs, self.seed, settings)
+                prefix = "eval/" if name is None else f"eval/{name}/"
+                metrics.update({prefix + k: v for k, v in self._play(self._envs[name], pl_module, prefix).items()})
         pl_module.train(was_training)
         frames = float(pl_module.collected_frames)
         self.history.append({"frames": frames, **metrics})
@@ -182,15 +192,15 @@ class PolicyEvaluation(L.Callback):
             nonlocal drawn
             if drawn:
                 return
-            if hasattr(base, "render_game"):
+            if has(base, "render_game"):
                 frames.append(step["observation"][0])
             if filming and len(clip) < self.video_frames:
                 clip.append(base.render_frame(0))
             if bool(finished[0]):
                 drawn = True
-                if hasattr(base, "render_routes"):
+                if has(base, "render_routes"):
                     images["eval/routes"] = base.render_routes(0)
-                if hasattr(base, "render_game"):
+                if has(base, "render_game"):
                     images[prefix + "game"] = base.render_game(torch.stack(frames))
 
         stochastic = pl_module.trainer.datamodule.env_config.stochastic_evaluation

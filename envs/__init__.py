@@ -11,7 +11,7 @@ from __future__ import annotations
 from envs.lazy import lazy_exports
 
 _EXPORTS = {"EnvConfig": "envs.config", "EnvSpecs": "envs.factory", "make_env": "envs.factory",
-            "unwrap": "envs.factory"}
+            "unwrap": "envs.factory", "has": "envs.factory"}
 
 __all__ = list(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

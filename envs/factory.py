@@ -45,6 +45,15 @@ def unwrap(env: EnvBase) -> EnvBase:
     return getattr(env, "base_env", env)
 
 
+def has(env: object, name: str) -> bool:
+    """Whether ``env`` has the attribute ``name`` of its own (its class's or its instance's), without asking
+    ``__getattr__``: TorchRL's ``ParallelEnv`` forwards an unknown name to its workers, whose envs raise and end
+    (a ``hasattr(env, "resume_state")`` of a checkpoint save broke the rollout workers' pipes)."""
+    own = getattr(env, "__dict__", {})
+    return hasattr(type(env), name) or name in own or any(  # (an nn.Module's submodules, buffers, parameters)
+        name in own.get(store, ()) for store in ("_modules", "_buffers", "_parameters"))
+
+
 @dataclass
 class EnvSpecs:
     """What a learner builds its networks and losses on, read off an env.

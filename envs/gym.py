@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -63,8 +64,13 @@ class GymConfig(EnvConfig):
         if self.render_mode not in (None, "rgb_array") or (self.render_mode is not None and self.backend != "vector"):
             raise ValueError(f"env.render_mode={self.render_mode!r} is not allowed: null, or rgb_array with backend: "
                              f"vector (got backend {self.backend!r})")
+        module, _, name = self.env_id.rpartition(":")
         try:
-            gym.spec(self.env_id)  # the registry lookup gym.make does first: an unknown id fails here
+            if module:  # ``my_envs:MyEnv-v0``: gym.make imports the module, whose import registers the id (a
+                importlib.import_module(module)  # config's module is allowed by pipelines.fit's import policy first)
+            gym.spec(name)  # the registry lookup gym.make does first: an unknown id fails here
+        except ImportError as err:
+            raise ValueError(f"env.env_id={self.env_id!r}: cannot import {module!r} ({err})") from None
         except gym.error.Error as err:  # NameNotFound, VersionNotFound, ... (with gymnasium's "did you mean")
             raise ValueError(f"env.env_id={self.env_id!r}: {err}") from None
 

@@ -17,6 +17,11 @@ BIT_GENERATORS = {cls.__name__: cls for cls in (np.random.PCG64, np.random.PCG64
                                                 np.random.Philox, np.random.SFC64)}
 
 
+# the largest magnitude a restored floating-point value may have: no state a run writes comes near it, and a value
+# beyond it (1e300 in a CartPole state, 3e38 in a weight) overflows to infinity one operation later, far from its cause
+MAX_MAGNITUDE = 1e30
+
+
 class RestoredStateError(ValueError):
     """A checkpoint's state that does not fit what restores it (the message names the entry and what it must be).
     ``pipelines.fit`` ends the run with it in one line, exit status 2."""
@@ -26,7 +31,7 @@ def restored_tensor(value: object, key: str, like: Tensor | None = None, *, shap
                     dtype: torch.dtype | None = None, low: float | None = None, high: float | None = None,
                     finite: bool = True) -> Tensor:
     """``value`` checked to be a tensor of ``like``'s (or ``shape``'s / ``dtype``'s) shape and dtype, finite (floating
-    point), and within ``[low, high]``.
+    point, and with ``finite`` within :data:`MAX_MAGNITUDE`), and within ``[low, high]``.
 
     Raises:
         RestoredStateError: names ``key`` and what it must be.
@@ -43,6 +48,9 @@ def restored_tensor(value: object, key: str, like: Tensor | None = None, *, shap
         return value
     if finite and value.is_floating_point() and not bool(torch.isfinite(value).all()):
         raise RestoredStateError(f"{key} holds a nan or an infinity")
+    if finite and value.is_floating_point() and bool((value.abs() > MAX_MAGNITUDE).any()):
+        raise RestoredStateError(f"{key} holds {value.abs().max().item():g}, beyond the {MAX_MAGNITUDE:g} no run's "
+                                 f"state reaches")
     if value.dtype != torch.bool and ((low is not None and bool((value < low).any()))
                                       or (high is not None and bool((value > high).any()))):
         found = (value.min().item(), value.max().item())
@@ -52,8 +60,8 @@ def restored_tensor(value: object, key: str, like: Tensor | None = None, *, shap
 
 def restored_number(value: object, key: str, *, integer: bool = True, low: float | None = None,
                     high: float | None = None, infinite: bool = False) -> int | float:
-    """``value`` checked to be an integer (``integer``) or a real number (not nan; infinite only with ``infinite``)
-    within ``[low, high]``; bools are not numbers here.
+    """``value`` checked to be an integer (``integer``) or a real number (not nan; infinite only with ``infinite``;
+    finite ones within :data:`MAX_MAGNITUDE`) within ``[low, high]``; bools are not numbers here.
 
     Raises:
         RestoredStateError: names ``key`` and what it must be.
@@ -63,6 +71,8 @@ def restored_number(value: object, key: str, *, integer: bool = True, low: float
         raise RestoredStateError(f"{key}={value!r} is not {'an integer' if integer else 'a number'}")
     if not integer and (math.isnan(value) or (math.isinf(value) and not infinite)):
         raise RestoredStateError(f"{key}={value!r} is not a finite number")
+    if not integer and not math.isinf(value) and abs(value) > MAX_MAGNITUDE:
+        raise RestoredStateError(f"{key}={value!r} is beyond the {MAX_MAGNITUDE:g} no run's state reaches")
     if (low is not None and value < low) or (high is not None and value > high):
         raise RestoredStateError(f"{key}={value!r} is outside [{low}, {high}]")
     return value
@@ -97,7 +107,7 @@ def restored_numpy_generator(value: object, key: str) -> np.random.Generator:
     generator = np.random.Generator(bit_generator())
     try:
         generator.bit_generator.state = value
-    except (TypeError, ValueError, KeyError, OverflowError) as err:
+    except Exception as err:  # (TypeError, ValueError, KeyError, IndexError, OverflowError: numpy's own checks)
         raise RestoredStateError(f"{key} is not a {state['bit_generator']} state ({err})") from None
     return generator
 
@@ -108,4 +118,9 @@ def restored_torch_rng(value: object, key: str) -> Tensor:
     Raises:
         RestoredStateError: names ``key``.
     """
-    return restored_tensor(value, key, torch.get_rng_state())
+    state = restored_tensor(value, key, torch.get_rng_state())
+    try:
+        torch.Generator().set_state(state)  # (a generator of its own: the process's stream is left as it is)
+    except RuntimeError as err:
+        raise RestoredStateError(f"{key} is not a generator state ({err})") from None
+    return state

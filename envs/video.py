@@ -14,7 +14,7 @@ import numpy as np
 from tensordict import TensorDictBase
 from torchrl.envs import EnvBase
 
-from envs import unwrap
+from envs import has, unwrap
 from envs.episodes import play_episodes
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame (gymnasium's classic-control drawing) opens no display
@@ -25,7 +25,7 @@ def can_render(env: EnvBase) -> bool:
     """Whether ``env``'s base env draws its frames (``render_frame(row)``; gymnasium envs built with
     ``render_mode: rgb_array``)."""
     base = unwrap(env)
-    return hasattr(base, "render_frame") and getattr(base, "render_mode", "rgb_array") == "rgb_array"
+    return has(base, "render_frame") and getattr(base, "render_mode", "rgb_array") == "rgb_array"
 
 
 def record_episode(env: EnvBase, policy: Callable[[TensorDictBase], TensorDictBase], max_frames: int | None = None,

@@ -19,9 +19,10 @@ from envs import EnvSpecs
 from envs.episodes import episode_results
 from envs.restored import RestoredStateError, restored_mapping, restored_number, restored_torch_rng
 from modules.acting import Acting
-from modules.checks import check_finite, check_loaded_weights
+from modules.checks import check_finite, check_loaded_weights, keep_config_values
 from modules.loading import CheckpointLoading
 from modules.metrics import MetricLogging
+from modules.restored_training import check_training_state
 from modules.updates import COMPILE_MODES, OptimiserUpdates
 
 _DONE_KEYS = ("done", "terminated", "truncated")
@@ -184,6 +185,8 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
         if self.env_specs is None and checkpoint.get("env_specs") is not None:
             self.build_on(EnvSpecs.from_record(checkpoint["env_specs"]))
         check_loaded_weights(checkpoint.get("state_dict"), self)
+        keep_config_values(checkpoint.get("state_dict") or {}, self)
+        self._restored_training = checkpoint if self._trainer is not None else None  # checked at on_fit_start
         state = checkpoint.get("rl_state")
         if state is None:
             return
@@ -199,6 +202,17 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
             index = rank if rank < len(rngs) else 0
             self._resume_rng = restored_torch_rng(rngs[index], f"rl_state.torch_rng[{index}]")
             torch.set_rng_state(self._resume_rng)
+
+    def on_fit_start(self) -> None:
+        """A resumed fit's optimiser, scheduler and loop states checked against this run's, before Lightning restores
+        them (:func:`modules.restored_training.check_training_state`).
+
+        Raises:
+            RestoredStateError: names the first entry that is not what this run saves."""
+        restored, self._restored_training = getattr(self, "_restored_training", None), None
+        if restored is not None:
+            check_training_state(restored, self.trainer.optimizers,
+                                 [config.scheduler for config in self.trainer.lr_scheduler_configs])
 
     def restore_rng(self) -> None:
         """Set the torch RNG state a loaded checkpoint holds once more, right before the training stream's first

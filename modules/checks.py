@@ -7,7 +7,7 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from envs.restored import RestoredStateError
+from envs.restored import MAX_MAGNITUDE, RestoredStateError
 
 LEARNING_RATE = "a learning rate in (0, 1]"
 DISCOUNT = "in [0, 1]"
@@ -39,13 +39,19 @@ def nonfinite_weights(module: torch.nn.Module) -> list[str]:
     return [k for (k, _), ok in zip(tensors, finite, strict=True) if not ok]
 
 
+# the loss buffers that hold a setting of the config, not a trained value (TorchRL's names)
+CONFIG_BUFFERS = ("gamma", "lmbda", "clip_epsilon", "entropy_coeff", "entropy_coef", "critic_coeff", "critic_coef",
+                  "policy_noise", "noise_clip", "target_entropy")
+
+
 def check_loaded_weights(weights: object, module: torch.nn.Module) -> None:
-    """Check a checkpoint's ``state_dict`` before it is loaded into ``module``: tensors, with no nan anywhere and an
-    infinity only where ``module`` holds the same one (e.g. an unbounded action's bound). Shapes and keys are
-    left to ``load_state_dict``, which names them.
+    """Check a checkpoint's ``state_dict`` before it is loaded into ``module``: tensors of the module's dtypes, with
+    no nan anywhere and an infinity or a magnitude beyond :data:`~envs.restored.MAX_MAGNITUDE` only where ``module``
+    holds the same value (e.g. an unbounded action's bound), an exploration rate ``eps`` in [0, 1]. Shapes and keys
+    are left to ``load_state_dict``, which names them.
 
     Raises:
-        RestoredStateError: names the first weight that is not a tensor or not finite.
+        RestoredStateError: names the first weight that is not a tensor, of another dtype, or not finite.
     """
     if weights is None:
         return
@@ -55,12 +61,30 @@ def check_loaded_weights(weights: object, module: torch.nn.Module) -> None:
     for key, value in weights.items():
         if not isinstance(value, Tensor):
             raise RestoredStateError(f"state_dict.{key} is {type(value).__name__}, not a tensor")
-        if not value.is_floating_point() or bool(torch.isfinite(value).all()):
+        if isinstance(live.get(key), Tensor) and value.dtype != live[key].dtype:  # (load_state_dict casts silently)
+            raise RestoredStateError(f"state_dict.{key} is {value.dtype}, this module's is {live[key].dtype}")
+        if key.rpartition(".")[2] == "eps" and value.numel() == 1 and not 0 <= float(value) <= 1:
+            raise RestoredStateError(f"state_dict.{key}={float(value)} is not an exploration rate in [0, 1]")
+        if not value.is_floating_point():
+            continue
+        bad = ~torch.isfinite(value) | (value.abs() > MAX_MAGNITUDE)
+        if not bool(bad.any()):
             continue
         own = live.get(key)
-        bad = ~torch.isfinite(value)
         if not (isinstance(own, Tensor) and own.shape == value.shape and torch.equal(value[bad], own[bad].to(value))):
-            raise RestoredStateError(f"state_dict.{key} holds a nan or an infinity (a trained weight never does)")
+            raise RestoredStateError(f"state_dict.{key} holds a nan, an infinity or a value beyond {MAX_MAGNITUDE:g} "
+                                     f"(a trained weight never does)")
+
+
+def keep_config_values(weights: dict, module: torch.nn.Module) -> None:
+    """Put this module's own values (its config's) in place of a checkpoint's ``state_dict`` entries that are
+    settings, not training state: the losses' buffers :data:`CONFIG_BUFFERS` (TorchRL keeps ``gamma`` and
+    ``clip_epsilon`` as buffers, so a resumed run trained on the file's values, whatever its config said, and an
+    edited file's ``gamma=50`` was used and saved again)."""
+    live = module.state_dict()
+    for key in list(weights):
+        if key.rpartition(".")[2] in CONFIG_BUFFERS and isinstance(live.get(key), Tensor):
+            weights[key] = live[key].detach().clone()
 
 
 def check_finite(batch: TensorDict) -> None:

@@ -38,6 +38,8 @@ LIBRARY_PARTS = ("lightning.pytorch.loggers", "lightning.pytorch.callbacks", "li
                  "lightning.fabric.plugins.environments", "torch.optim", "torch.nn")
 DENIED_INSIDE = ("torch.hub", "torch.load", "torch.serialization", "torch.package", "torch.utils.cpp_extension",
                  "torch.jit.load", "torch.export.load", "torch.compile")
+# the modules whose functions a file may name as a callable argument (an activation); any other function is refused
+NAMED_FUNCTIONS = ("torch.nn.functional",)
 # the one instantiator a checkpoint may name: Lightning's own (``hyper_parameters._instantiator``)
 LIGHTNING_INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
 
@@ -93,41 +95,51 @@ def enforced() -> Iterator[None]:
         set_import_path_settings(before)
 
 
-def check_named_objects(tree: object, where: str) -> None:
-    """Check every object that the plain data ``tree`` (a checkpoint's hyper-parameters, a recorded config) names,
-    before anything is built from it: each ``class_path`` / ``_class_path`` value and each string that is a dot
-    path of identifiers (a callable or a class given by name: ``activation_class: os.system``) must be allowed by
-    name and, where the name is allowed, by where the object it reaches is defined (only allowed modules are
-    imported to see it); ``_instantiator`` may only be Lightning's own (:data:`LIGHTNING_INSTANTIATOR`).
+def check_named_objects(tree: object, where: str, plain_strings: bool = True) -> None:
+    """Check every object that the plain data ``tree`` (a checkpoint's hyper-parameters, a recorded or given config)
+    names, before anything is built from it. Each ``class_path`` / ``_class_path`` value must be allowed by name
+    and, where the name is allowed, by where the object it reaches is defined (only allowed modules are imported
+    to see it), and it must reach a class: a function given as a class path is called with the file's arguments
+    (``{class_path: pipelines.import_roms._run, init_args: {command: [...]}}`` for a callable argument ran the
+    command). A string that is a dot path of identifiers (a callable or a class given by name:
+    ``activation_class: os.system``) is checked the same way, and may reach a class or a function of
+    :data:`NAMED_FUNCTIONS` only; ``_instantiator`` may only be Lightning's own (:data:`LIGHTNING_INSTANTIATOR`).
 
     Args:
         where: the name of the tree's root in messages (``<file> hyper_parameters``).
+        plain_strings: whether a dot-path string the policy refuses by name is refused (a checkpoint's
+            hyper-parameters); False for a command line's config, where such a string may be a file name
+            (``oracle.pt``), and jsonargparse refuses the names it would import by itself. Either way a dot-path
+            string that reaches an allowed object must reach a class or a named function.
 
     Raises:
         ValueError: the first refused entry, naming its key, its value and why.
     """
     with enforced():  # (jsonargparse's own verdicts: the ones it enforces while it builds)
-        _check_leaves(tree, where)
+        for key, value in _leaves(tree, where):
+            last = key.rpartition(".")[2]
+            if last == "_instantiator":
+                if value != LIGHTNING_INSTANTIATOR:
+                    raise ValueError(f"{key}={value!r} is not allowed: only Lightning's own instantiator "
+                                     f"({LIGHTNING_INSTANTIATOR}) builds a module from a file")
+            elif isinstance(value, str) and last in ("class_path", "_class_path"):
+                _refuse(key, value, _refusal(value, by_name=True, class_only=True))
+            elif isinstance(value, str) and _DOT_PATH.fullmatch(value.strip()):
+                _refuse(key, value, _refusal(value.strip(), by_name=plain_strings, class_only=False))
 
 
-def _check_leaves(tree: object, where: str) -> None:
-    for key, value in _leaves(tree, where):
-        last = key.rpartition(".")[2]
-        if last == "_instantiator":
-            if value != LIGHTNING_INSTANTIATOR:
-                raise ValueError(f"{key}={value!r} is not allowed: only Lightning's own instantiator "
-                                 f"({LIGHTNING_INSTANTIATOR}) builds a module from a file")
-        elif isinstance(value, str) and (last in ("class_path", "_class_path") or _DOT_PATH.fullmatch(value)):
-            reason = _refusal(value)
-            if reason is not None:
-                raise ValueError(f"{key}={value!r} is not allowed: {reason}. {HELP}")
+def _refuse(key: str, value: str, reason: str | None) -> None:
+    if reason is not None:
+        raise ValueError(f"{key}={value!r} is not allowed: {reason}. {HELP}")
 
 
-def _refusal(path: str) -> str | None:
-    """Why the import path ``path`` is refused (by name, or by where the object it reaches is defined), or None."""
+def _refusal(path: str, by_name: bool, class_only: bool) -> str | None:
+    """Why the import path ``path`` is refused (by name where ``by_name``, by where the object it reaches is
+    defined, and by what it is: a class, or where not ``class_only`` a function of :data:`NAMED_FUNCTIONS`), or
+    None."""
     entry = denying_import_path_entry(path)
     if entry is not None:
-        return f"it is outside the allowed packages (the {entry!r} entry refuses it)"
+        return f"it is outside the allowed packages (the {entry!r} entry refuses it)" if by_name else None
     target = _resolve(path)
     if target is None:
         return None  # (not found: building from it fails with its own message; nothing ran)
@@ -135,6 +147,13 @@ def _refusal(path: str) -> str | None:
     entry = denying_import_path_entry(defined) if getattr(target, "__module__", None) else None
     if entry is not None:
         return f"it names {defined}, outside the allowed packages (the {entry!r} entry refuses it)"
+    if isinstance(target, type):
+        return None
+    if class_only:
+        return f"it names {type(target).__name__} {defined}, not a class"
+    if callable(target) and getattr(target, "__module__", None) not in NAMED_FUNCTIONS:
+        return (f"it names the {type(target).__name__} {defined}: a file may name classes, and functions of "
+                f"{', '.join(NAMED_FUNCTIONS)} only")
     return None
 
 

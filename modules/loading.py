@@ -9,9 +9,12 @@ import inspect
 import os
 from collections.abc import Callable
 
+import lightning
 import torch
+from packaging.version import InvalidVersion, Version
 from torch import Tensor, nn
 
+from envs.restored import RestoredStateError
 from modules.compat import given_hyperparameters
 from modules.import_policy import check_named_objects, enforced
 
@@ -29,6 +32,26 @@ def read_checkpoint(path: str | os.PathLike, what: str) -> object:
         raise ValueError(f"{what} {str(path)!r} is not a readable checkpoint: truncated, corrupt, or holding objects "
                          f"other than tensors and plain data (weights-only loading refused it: "
                          f"{type(err).__name__})") from None
+
+
+def check_lightning_version(checkpoint: dict, path: str | os.PathLike) -> None:
+    """The Lightning version a checkpoint records (``pytorch-lightning_version``, which picks Lightning's migrations
+    of it), where it records one, must be a release from 2.0 up to the one installed: Lightning's own migrations
+    fail with a traceback on others (a ``KeyError`` for ``0.0.1``, ``InvalidVersion`` for text).
+
+    Raises:
+        ValueError: names the file, the entry and the version.
+    """
+    if "pytorch-lightning_version" not in checkpoint:  # (Lightning migrates none: a file written by hand)
+        return
+    recorded = checkpoint["pytorch-lightning_version"]
+    try:
+        version = Version(recorded) if isinstance(recorded, str) else None
+    except InvalidVersion:
+        version = None
+    if version is None or not Version("2.0") <= version <= Version(lightning.__version__):
+        raise ValueError(f"{path}: pytorch-lightning_version={recorded!r} is not allowed: a Lightning release "
+                         f"from 2.0 to {lightning.__version__} (the one installed) wrote this project's checkpoints")
 
 
 class CheckpointLoading:
@@ -68,6 +91,7 @@ class CheckpointLoading:
         if not isinstance(hparams, dict) or "state_dict" not in checkpoint:
             raise ValueError(f"{checkpoint_path!r} is not a training checkpoint of pipelines.fit (no state_dict or "
                              f"hyper_parameters)")
+        check_lightning_version(checkpoint, checkpoint_path)
         try:
             check_named_objects(hparams, "hyper_parameters")
         except ValueError as err:
@@ -88,11 +112,13 @@ class CheckpointLoading:
             with enforced():  # what jsonargparse builds from the hyper-parameters (Lightning's instantiator)
                 module = super().load_from_checkpoint(checkpoint_path, map_location=map_location, strict=strict,
                                                       weights_only=True, **kwargs)
-        except Exception as err:
+        except RestoredStateError:  # (already names the entry)
+            raise
+        except Exception as err:  # an edited file, or one of another version: one line, not the build's traceback
             refused = _import_refusal(err)
-            if refused is None:
-                raise
-            raise ValueError(f"{checkpoint_path}: {refused}") from None
+            if refused is not None:
+                raise ValueError(f"{checkpoint_path}: {refused}") from None
+            raise ValueError(f"{checkpoint_path}: {_built_from(err)}") from err
         for name in set(hparams) - set(module.hparams) - set(kwargs):  # the networks' config, for the next save
             if not name.startswith("_") and name not in getattr(cls, "RENAMED_HPARAMS", {}):
                 module.hparams[name] = hparams[name]
@@ -115,6 +141,13 @@ def _trained_class(class_path: str, checkpoint_path) -> type | None:
     if not isinstance(found, type):
         raise ValueError(f"{checkpoint_path}: hyper_parameters._class_path={class_path!r} is no class here")
     return found
+
+
+def _built_from(err: BaseException) -> str:
+    """The one-line reason a checkpoint's hyper-parameters or weights did not build its module (``err``'s first
+    line, jsonargparse's nested report folded)."""
+    return (f"the module cannot be built from its hyper_parameters and state_dict (was the file edited, or saved "
+            f"by another version?): {type(err).__name__}: {' '.join(str(err).split())[:300]}")
 
 
 def _import_refusal(err: BaseException) -> str | None:

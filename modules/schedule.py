@@ -39,6 +39,6 @@ class FrameSchedule:
         """Restore :meth:`state_dict`.
 
         Raises:
-            RestoredStateError: ``next_frames`` is not a positive integer."""
+            RestoredStateError: ``next_frames`` is not a positive integer (at most 2**53: no run reaches more)."""
         state = restored_mapping(state_dict, "schedule state", ("next_frames",))
-        self.next_frames = restored_number(state["next_frames"], "schedule state.next_frames", low=1)
+        self.next_frames = restored_number(state["next_frames"], "schedule state.next_frames", low=1, high=2**53)

@@ -18,7 +18,7 @@ import yaml
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from modules.import_policy import PROJECT_PACKAGES
-from modules.loading import read_checkpoint
+from modules.loading import check_lightning_version, read_checkpoint
 from pipelines.config_files import check_config_inputs
 from pipelines.renamed import upgrade_config
 from pipelines.settings import MISSING, settings_diff
@@ -111,6 +111,7 @@ def check_resume_checkpoint(path: str, config: dict, keys: tuple[tuple[str, ...]
     checkpoint = read_checkpoint(path, "--ckpt_path")
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise ValueError(f"--ckpt_path={path!r} is not a training checkpoint of pipelines.fit (no state_dict)")
+    check_lightning_version(checkpoint, f"--ckpt_path={path!r}")
     model_class, data_class = config["model"]["class_path"], config["data"]["class_path"]
     trained = checkpoint.get(CONFIG_KEY)
     if isinstance(trained, dict):

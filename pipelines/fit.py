@@ -50,7 +50,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException  # noqa: E40
 from envs.restored import RestoredStateError  # noqa: E402
 from modules.base import RLModule  # noqa: E402
 from modules.import_policy import HELP as IMPORT_HELP  # noqa: E402
-from modules.import_policy import check_env_ids, restrict_class_paths  # noqa: E402
+from modules.import_policy import check_env_ids, check_named_objects, restrict_class_paths  # noqa: E402
 from pipelines.catalogue import catalogue  # noqa: E402
 from pipelines.checkpoints import IDENTITY_KEYS, check_resume_checkpoint, weights_mismatch  # noqa: E402
 from pipelines.compatibility import check_data_fit, check_env_fit, check_strategy_fit  # noqa: E402
@@ -138,6 +138,7 @@ class FitCLI(LightningCLI):
             place_outputs(self.config.trainer)
             frames_budget(self.config.trainer)
             check_env_ids(self.config)
+            check_named_objects(self.config, "", plain_strings=False)  # class paths reach classes, at any depth
         except ValueError as err:
             config_exit(err)
         self.resumed_in_place: tuple[str, int] | None = None

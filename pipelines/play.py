@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from envs import EnvConfig, make_env, unwrap
+from envs import EnvConfig, has, make_env, unwrap
 from envs.episodes import play_episodes
 from envs.video import record_episode, write_video
 
@@ -36,7 +36,7 @@ def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int,
     """
     env = _env(config, num_envs, seed, settings, device, models)
     base = unwrap(env)
-    if keep_plans and not hasattr(base, "export_episodes"):
+    if keep_plans and not has(base, "export_episodes"):
         raise ValueError(f"--routes_out / --pyvrp_episodes need an env that exports its plans, "
                          f"got {type(base).__name__}")
     plans: list[tuple[int, dict]] = []
@@ -47,7 +47,7 @@ def play(config: EnvConfig, make_policy: Callable, episodes: int, num_envs: int,
         rows = finished.nonzero().squeeze(-1).tolist()
         episode = [int(counts[r]) * num_envs + r for r in rows]  # each finished row's episode index
         plans.extend(zip(episode, base.export_episodes(rows), strict=True))
-        if hasattr(base, "export_days"):
+        if has(base, "export_days"):
             days.extend(zip(episode, base.export_days(rows), strict=True))
         counts[finished] += 1
 
@@ -71,7 +71,7 @@ def _env(config: EnvConfig, num_envs: int, seed: int, settings: dict | None, dev
     env = make_env(config, num_envs, seed, device, models)
     if settings:
         base = unwrap(env)
-        if not hasattr(base, "configure"):
+        if not has(base, "configure"):
             raise ValueError(f"evaluation settings {settings} need an env with configure(), got {type(base).__name__}")
         base.configure(**settings)
     return env

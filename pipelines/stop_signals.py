@@ -5,7 +5,6 @@ and how a fit started by another command ends with it (:func:`die_with_parent`).
 
 from __future__ import annotations
 
-import ctypes
 import faulthandler
 import os
 import signal
@@ -13,12 +12,12 @@ import sys
 
 import lightning as L
 
+from envs.processes import die_with
 from pipelines.data import RLDataModule, StopRequested
 
 STOP_GRACE_S = 9  # seconds from a stop signal to the forced exit, if the run has not ended by then
 # the environment variable by which a command that starts fits (pipelines.seeds) gives them its process id
 PARENT_ENV = "RLPIPE_PARENT_PID"
-PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
 
 
 def die_with_parent() -> None:
@@ -28,16 +27,8 @@ def die_with_parent() -> None:
     stops it now. Nothing without the variable, or where the call does not exist.
     """
     parent = os.environ.get(PARENT_ENV, "")
-    if not parent.isdigit():
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):  # (not Linux)
-        return
-    if os.getppid() != int(parent):  # it died before the call
-        os.kill(os.getpid(), signal.SIGTERM)
-
+    if parent.isdigit():
+        die_with(int(parent))
 
 
 def on_stop_signal(data: RLDataModule, signum: int, frame) -> None:

@@ -33,6 +33,7 @@ import pyvrp
 from pyvrp.stop import MaxRuntime
 
 from envs.dvrp.reference import route_cost
+from envs.processes import dying_with_this_process
 
 
 @dataclass
@@ -210,5 +211,6 @@ def solve_days(days: list[dict], max_shift: int, served_reward: float, seconds: 
     if workers == 1 or len(days) <= 1:
         return [solve(day) for day in days]
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(days)), mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=min(workers, len(days)), mp_context=context,
+                             initializer=dying_with_this_process()) as pool:  # (a SIGKILLed command leaves none)
         return list(pool.map(solve, days))

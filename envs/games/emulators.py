@@ -24,6 +24,8 @@ from concurrent.futures import ProcessPoolExecutor
 import gymnasium as gym
 import numpy as np
 
+from envs.processes import dying_with_this_process
+
 ALE_PREFIX = "ALE/"
 IMPORT_COMMAND = "python -m pipelines.import_roms DIR"
 # the buttons a console's default discrete action set combines with the directions (stable-retro's names)
@@ -287,7 +289,8 @@ def game_spaces(game: str, game_fn) -> tuple[gym.Space, gym.Space]:
     """The observation and action spaces of ``game_fn()`` (an emulator of ``game``): read in this process where it
     may hold the emulator (:func:`claim_in_process_emulator`), else in a spawned child process."""
     if not claim_in_process_emulator(game):
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=dying_with_this_process()) as pool:
             return pool.submit(_spaces_of, game_fn).result()
     try:
         return _spaces_of(game_fn)

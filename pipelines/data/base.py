@@ -12,8 +12,9 @@ import torch
 from tensordict import TensorDict
 from torchrl.envs import EnvBase
 
-from envs import EnvConfig, EnvSpecs, make_env, unwrap
+from envs import EnvConfig, EnvSpecs, has, make_env, unwrap
 from envs.policy_state import carried_keys, checked_carry
+from envs.restored import RestoredStateError
 from pipelines.compat import collector_carry, set_collector_carry
 from pipelines.data.collectors import WorkerCollector, local_collector
 from pipelines.data.env_control import EnvControl, TrainingEnvCalls, resolve
@@ -246,7 +247,7 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         run (``trained_env_models``)."""
         state = {}
         base = unwrap(self.env)
-        if hasattr(base, "resume_state") and not self.workers:  # with workers the stepped envs live there
+        if has(base, "resume_state") and not self.workers:  # with workers the stepped envs live there
             state["env_rng"] = base.resume_state()
             keys = carried_keys(self.trainer.lightning_module.collector_policy) if self.trainer is not None else []
             carry = collector_carry(self._collector, keys) if keys and self._collector is not None else None
@@ -266,7 +267,7 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         for name, weights in trained_env_model_states(state_dict, self.trained_env_models).items():
             self.restore_env_model(name, weights)
         base = unwrap(self.env)
-        if "env_rng" in state_dict and hasattr(base, "load_resume_state"):
+        if "env_rng" in state_dict and has(base, "load_resume_state"):
             # rank 0's state, this rank's rows; a recurrent policy's carried states (rank 0's) where its episodes go on
             applied = base.load_resume_state(state_dict["env_rng"], keep_row_seeds=True)
             self.resumed_env = bool(applied)
@@ -284,11 +285,11 @@ def trained_env_model_states(state: dict, names: tuple[str, ...]) -> dict[str, d
     ``embedding_model``) gives its weights to the one trained model of ``names``.
 
     Raises:
-        ValueError: an old checkpoint's model where the config has not exactly one trained env model.
+        RestoredStateError: an old checkpoint's model where the config has not exactly one trained env model.
     """
     if "embedding_model" not in state:
         return dict(state.get("env_models") or {})
     if len(names) != 1:
-        raise ValueError(f"the checkpoint has a learned env model (embedding_model) but this config's env trains "
-                         f"{list(names) or 'none'} (was it trained with another env config?)")
+        raise RestoredStateError(f"the checkpoint has a learned env model (embedding_model) but this config's env "
+                                 f"trains {list(names) or 'none'} (was it trained with another env config?)")
     return {names[0]: state["embedding_model"]}

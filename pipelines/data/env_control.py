@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torchrl.envs import EnvBase
 
-from envs import unwrap
+from envs import has, unwrap
 from envs.restored import RestoredStateError, restored_mapping
 from modules.checks import check_loaded_weights
 from modules.loading import weights_difference
@@ -34,7 +34,7 @@ def resolve(env: EnvBase, method: str):
     """
     target = unwrap(env)
     for name in method.split("."):
-        if not hasattr(target, name):
+        if not has(target, name):
             raise ValueError(f"env {type(unwrap(env)).__name__} has no method {method}: "
                              f"the call needs an env that has it")
         target = getattr(target, name)
@@ -131,7 +131,7 @@ class TrainingEnvCalls:
 
     def env_has(self, *methods: str) -> bool:
         """Whether the training env's base env has all ``methods`` (e.g. ``set_opponent``)."""
-        return all(hasattr(unwrap(self.env), m) for m in methods)
+        return all(has(unwrap(self.env), m) for m in methods)
 
     def configure_env(self, settings: dict) -> None:
         """Apply runtime ``settings`` (e.g. a curriculum phase's mode, opponent and reward weights) to the
@@ -167,10 +167,14 @@ class TrainingEnvCalls:
         finite.
 
         Raises:
-            ValueError: the env has no learned model of that name.
-            RestoredStateError: weights of other keys or shapes, or not finite (names the model and the weight).
+            RestoredStateError: the env has no learned model of that name; weights of other keys or shapes, or not
+                finite (names the model and the weight).
         """
         model = self.env_models.get(name)
+        if model is None:
+            raise RestoredStateError(f"env_models.{name}: this config's env has no learned model {name!r} (its "
+                                     f"models: {sorted(self.env_models) or 'none'}; was it trained with another env "
+                                     f"config?)")
         if model is not None:
             weights = restored_mapping(state_dict, f"env_models.{name}")
             difference = weights_difference({k: v.shape for k, v in model.state_dict().items()}, weights)

@@ -17,13 +17,12 @@ from envs import EnvConfig
 from pipelines.data.base import EnvDataModule
 from pipelines.data.options import CollectorOptions, ReplayOptions, require
 from pipelines.data.replay import (
-    check_replay_state,
-    load_pending_steps,
     make_replay_buffer,
     pending_steps,
     store,
     update_priorities,
 )
+from pipelines.data.replay_checks import check_replay_state, load_pending_steps
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +187,7 @@ class OffPolicyDataModule(EnvDataModule):
     def load_state_dict(self, state_dict: dict) -> None:
         super().load_state_dict(state_dict)
         if "replay_buffer" in state_dict:
-            check_replay_state(state_dict["replay_buffer"], self.buffer, self.num_envs * (self.num_agents or 1))
+            rows, specs = self.num_envs * (self.num_agents or 1), self.env_specs() if self.env is not None else None
+            check_replay_state(state_dict["replay_buffer"], self.buffer, rows, specs)
             self.buffer.load_state_dict(state_dict["replay_buffer"])
-            load_pending_steps(self.buffer, state_dict.get("replay_pending", {}))
+            load_pending_steps(self.buffer, state_dict.get("replay_pending", {}), rows, specs)

@@ -24,8 +24,7 @@ from torchrl.data import LazyMemmapStorage, LazyTensorStorage, TensorDictReplayB
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.envs import Transform
 
-from envs.restored import RestoredStateError, restored_mapping, restored_number, restored_tensor
-from pipelines.compat import set_transform_buffer, transform_buffer
+from pipelines.compat import transform_buffer
 
 _DONE_KEYS = ("done", "terminated", "truncated")
 
@@ -141,54 +140,19 @@ def make_replay_buffer(capacity: int, rows: int, batch_size: int, storage: Liter
     return TensorDictReplayBuffer(storage=store, sampler=sampler, batch_size=batch_size, transform=transform)
 
 
-def check_replay_state(state: object, buffer: TensorDictReplayBuffer, rows: int) -> None:
-    """Check a checkpoint's replay buffer state (TorchRL's ``state_dict``) against ``buffer`` (``rows`` items per
-    time step) before it is loaded: every stored entry ``[capacity / rows, rows, ...]``, its filled part finite, the
-    fill count and the write cursor within the capacity, a prioritised sampler's priorities of its shape, finite
-    and non-negative.
-
-    Raises:
-        RestoredStateError: names the first entry that is not what this buffer saves.
-    """
-    state = restored_mapping(state, "replay_buffer", ("_storage", "_writer"))
-    storage = restored_mapping(state["_storage"], "replay_buffer._storage", ("_storage", "_len"))
-    capacity, steps = buffer.storage.max_size, buffer.storage.max_size // rows
-    filled = restored_number(storage["_len"], "replay_buffer._storage._len", low=0, high=capacity)
-    writer = restored_mapping(state["_writer"], "replay_buffer._writer", ("_cursor",))
-    restored_number(writer["_cursor"], "replay_buffer._writer._cursor", low=0, high=steps)
-    for key, value in restored_mapping(storage["_storage"], "replay_buffer._storage._storage").items():
-        name = f"replay_buffer._storage._storage.{key}"
-        if not isinstance(value, Tensor) or value.dim() < 2 or tuple(value.shape[:2]) != (steps, rows):
-            found = list(value.shape) if isinstance(value, Tensor) else type(value).__name__
-            raise RestoredStateError(f"{name} is {found}, this buffer stores [{steps}, {rows}, ...]")
-        restored_tensor(value[:-(-filled // rows)], name)
-    sampler = getattr(buffer, "_sampler", None)
-    if isinstance(sampler, PrioritizedSampler):
-        saved = restored_mapping(state.get("_sampler"), "replay_buffer._sampler", ("priority", "max"))
-        restored_tensor(saved["priority"], "replay_buffer._sampler.priority", sampler.state_dict()["priority"], low=0)
-        restored_number(saved["max"], "replay_buffer._sampler.max", integer=False, low=0)
-
-
 def pending_steps(buffer: TensorDictReplayBuffer) -> dict:
     """The steps the buffer's transforms hold back until the next batch, as checkpoint data (nested dicts of
     tensors), by transform position: TorchRL's ``MultiStepTransform`` keeps each row's last ``n_steps`` steps
     (``_buffer``) to complete their n-step returns with the next batch; it does not save them itself."""
     state = {}
-    for i, transform in enumerate(_transforms(buffer)):
+    for i, transform in enumerate(transforms(buffer)):
         held = transform_buffer(transform)
         if isinstance(held, TensorDictBase):
             state[str(i)] = {"data": held.to_dict(), "batch_size": list(held.batch_size)}
     return state
 
 
-def load_pending_steps(buffer: TensorDictReplayBuffer, state: dict) -> None:
-    """Restore :func:`pending_steps` into the buffer's transforms."""
-    for i, transform in enumerate(_transforms(buffer)):
-        if str(i) in state:
-            set_transform_buffer(transform, TensorDict(state[str(i)]["data"], batch_size=state[str(i)]["batch_size"]))
-
-
-def _transforms(buffer: TensorDictReplayBuffer) -> list:
+def transforms(buffer: TensorDictReplayBuffer) -> list:
     transform = getattr(buffer, "_transform", None)
     return list(getattr(transform, "transforms", [])) if transform is not None else []
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torchrl.envs import EnvBase, GymWrapper, RewardSum, TransformedEnv, check_env_specs
 
-from envs import make_env
+from envs import has, make_env, unwrap
 from envs.gym import GymConfig
 
 
@@ -35,6 +35,56 @@ def test_backend_is_reproducible_and_rows_differ(backend):
     assert torch.equal(first, again) and not torch.equal(first, other)
     assert not torch.equal(first[0], first[1])  # each row its own seed
     assert (first[..., 0].abs() <= 2.4 + 0.2).all()  # a reset row starts again near the centre
+
+
+CUSTOM_ENV = """
+import gymnasium as gym
+import numpy as np
+
+
+class NoArguments(gym.Env):  # a constructor that takes no arguments at all
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(3, 0.1, np.float32), float(action), self.t >= 5, False, {}
+
+
+gym.register("NoArguments-v0", entry_point=NoArguments)
+"""
+
+
+def test_a_users_module_env_id_is_imported_as_gym_make_does(tmp_path, monkeypatch):
+    """``my_envs:NoArguments-v0``: the module is imported (it registers the id), as ``gym.make`` does; the registry
+    check refused it before (``gym.spec`` does not import). A module that is not there is one error naming it."""
+    (tmp_path / "my_envs_for_test.py").write_text(CUSTOM_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = make_env(GymConfig("my_envs_for_test:NoArguments-v0"), 2, 0)
+    assert env.reset()["observation"].shape == (2, 3)
+    env.close()
+    with pytest.raises(ValueError, match=r"env\.env_id='no_such_module:X-v0': cannot import 'no_such_module'"):
+        GymConfig("no_such_module:X-v0")
+
+
+def test_parallel_backend_answers_attribute_queries_in_this_process():
+    """TorchRL's ``ParallelEnv`` forwards an attribute it lacks to its workers, whose envs raise and end: asking
+    whether it has one (``envs.has``) stays in this process, and the workers go on stepping."""
+    env = make_env(GymConfig("CartPole-v1", backend="parallel"), 2, 0)
+    try:
+        base = unwrap(env)
+        assert not has(base, "resume_state") and not has(base, "render_routes") and has(base, "rollout")
+        td = env.reset()
+        td["action"] = torch.zeros(2, dtype=torch.int64)
+        assert env.step(td)["next", "observation"].shape == (2, 4)
+    finally:
+        env.close()
 
 
 def test_unknown_backend_is_rejected():

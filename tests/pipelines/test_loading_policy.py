@@ -71,6 +71,24 @@ CASES = [
     ("a class path inside a list",
      lambda m: {"in_keys": [{"class_path": "os.system", "init_args": _touch(m)}]},
      "hyper_parameters.in_keys[0].class_path"),
+    ("an allowed function as the class path of a callable argument (jsonargparse called it with the file's "
+     "arguments: it ran the command)",
+     lambda m: {"network": _network("torch.nn.TransformerEncoderLayer", d_model=4, nhead=1,
+                                    activation=_network("pipelines.import_roms._run", command=["touch", str(m)]))},
+     "hyper_parameters.network.init_args.activation.class_path"),
+    ("an allowed function as a network's class path",
+     lambda m: {"network": _network("pipelines.seeds.main", argv=["--help"])}, "hyper_parameters.network.class_path"),
+    ("an allowed function named as a callable",
+     lambda m: {"network": _network("torch.nn.TransformerEncoderLayer", d_model=4, nhead=1,
+                                    activation="pipelines.import_roms._run")},
+     "hyper_parameters.network.init_args.activation"),
+    ("a name padded with spaces",
+     lambda m: {"network": _network("torch.nn.TransformerEncoderLayer", d_model=4, nhead=1, activation=" os.system")},
+     "hyper_parameters.network.init_args.activation"),
+    ("an allowed module's alias of a loader's method",
+     lambda m: {"network": _network("lightning.pytorch.plugins.io.torch_plugin.TorchCheckpointIO.load_checkpoint",
+                                    path=str(m), weights_only=False)},
+     "hyper_parameters.network.class_path"),
 ]
 
 
@@ -119,6 +137,36 @@ def test_export_refuses_it_in_one_line(dqn_checkpoint, tmp_path, case):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and f"{key}=" in lines[0], proc.stderr
     assert not marker.exists() and sorted(os.listdir(tmp_path)) == ["hostile.ckpt"]
+
+
+def test_hyper_parameters_that_do_not_build_the_module_are_one_line(dqn_checkpoint, tmp_path):
+    """An argument the network does not take (an edited file): one ValueError line naming the file, from Python
+    and from ``pipelines.export`` (exit 2), not the constructor's traceback."""
+    edit = lambda m: {"network": _network("modules.q_networks.QNetwork", hidden_dims=[16], hook="x")}  # noqa: E731
+    path, _ = _hostile(dqn_checkpoint, tmp_path, edit)
+    with pytest.raises(ValueError, match="cannot be built from its hyper_parameters.*hook"):
+        RLModule.load_from_checkpoint(path)
+    proc = run_module("pipelines.export", "--ckpt_path", path, "--out", str(tmp_path / "p.pt"), timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and path in lines[0], proc.stderr[-2000:]
+
+
+def test_evaluate_refuses_a_recorded_config_naming_a_function(dqn_checkpoint, tmp_path):
+    """``pipelines.evaluate --ckpt_path`` alone builds from the config the checkpoint records: a function given
+    as the class path of a callable argument there (called with the file's arguments) is refused naming the key,
+    exit 2, before anything is built."""
+    marker = tmp_path / "MARKER"
+    checkpoint = torch.load(dqn_checkpoint, map_location="cpu", weights_only=True)
+    checkpoint["fit_config"]["model"]["init_args"]["network"] = _network(
+        "torch.nn.TransformerEncoderLayer", d_model=4, nhead=1,
+        activation=_network("pipelines.import_roms._run", command=["touch", str(marker)]))
+    path = tmp_path / "hostile.ckpt"
+    torch.save(checkpoint, path)
+    proc = run_module("pipelines.evaluate", "--ckpt_path", str(path), "--episodes", "1", timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: model.init_args.network.init_args.activation.class_path=") and "not a class" in last
+    assert not marker.exists()
 
 
 def test_a_legitimate_checkpoint_still_loads_and_plays(dqn_checkpoint):

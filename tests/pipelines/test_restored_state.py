@@ -96,7 +96,7 @@ MODULE_CASES = [
     ("a negative count", _set(("state_dict", "normalization.observation.count"),
                               torch.tensor(-5.0, dtype=torch.float64)), "observation.count ranges over"),
     ("a NaN weight", lambda c: next(v for k, v in c["state_dict"].items() if k.endswith("weight")).fill_(math.nan),
-     "holds a nan or an infinity"),
+     "holds a nan, an infinity"),
     ("a negative frame count", _set(("rl_state", "collected_frames"), -10), "rl_state.collected_frames=-10"),
     ("a torch RNG state of another size", _set(("rl_state", "torch_rng"), [torch.zeros(3, dtype=torch.uint8)]),
      "rl_state.torch_rng[0] has shape [3]"),

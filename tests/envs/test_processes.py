@@ -1,0 +1,52 @@
+"""Process-pool workers die with the process that started them (the DVRP hindsight solver's and the game-spaces
+pool's): a command killed by SIGKILL, which runs no clean-up, leaves none running on alone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tests.pipelines.conftest import REPO
+
+POOL = textwrap.dedent("""
+    import multiprocessing, os, sys, time
+    from concurrent.futures import ProcessPoolExecutor
+    from envs.processes import dying_with_this_process
+    if __name__ == "__main__":
+        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=dying_with_this_process())
+        print(pool.submit(os.getpid).result(), flush=True)
+        pool.submit(time.sleep, 120)
+        time.sleep(120)
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # (a zombie is dead: its parent, now init, has not reaped it yet)
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_pool_worker_dies_with_its_sigkilled_parent(tmp_path):
+    script = tmp_path / "pool.py"
+    script.write_text(POOL)
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    worker = int(parent.stdout.readline())  # (the script ends by itself after 120 s)
+    assert _alive(worker)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(30)
+    deadline = time.monotonic() + 10
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(worker), "the pool's worker outlived its SIGKILLed parent"
