@@ -71,6 +71,8 @@ def restored_number(value: object, key: str, *, integer: bool = True, low: float
         raise RestoredStateError(f"{key}={value!r} is not {'an integer' if integer else 'a number'}")
     if not integer and (math.isnan(value) or (math.isinf(value) and not infinite)):
         raise RestoredStateError(f"{key}={value!r} is not a finite number")
+    if integer and not -(2**63) <= value < 2**63:  # (no int64 holds it: a counter or seed no run reaches)
+        raise RestoredStateError(f"{key}={value!r} is beyond a 64-bit integer")
     if not integer and not math.isinf(value) and abs(value) > MAX_MAGNITUDE:
         raise RestoredStateError(f"{key}={value!r} is beyond the {MAX_MAGNITUDE:g} no run's state reaches")
     if (low is not None and value < low) or (high is not None and value > high):

@@ -22,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
+import signal
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -61,6 +63,22 @@ class ConsolidatedCollector(Collector):
     def next(self) -> TensorDictBase | None:
         batch = super().next()
         return None if batch is None else batch.consolidate(metadata=True)
+
+
+@contextlib.contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """SIGTERM's and SIGINT's handlers as they were before the block (``ray.init`` sets its own, ``sys.exit``),
+    where handlers can be set (the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            if handler is not None:
+                signal.signal(signum, handler)
 
 
 class RayWorkerCollector:
@@ -117,7 +135,10 @@ class RayWorkerCollector:
         remote = {"num_cpus": options.num_cpus, "num_gpus": 0, "max_restarts": options.max_restarts,
                   "max_task_retries": 0}
         # total_frames: the learner stops the stream (RayCollector's default of -1, "no limit", ends it at once)
-        with warnings.catch_warnings():  # that TorchRL's own weight sync has no policy to send: this class sends them
+        # ray.init sets its own SIGTERM handler (sys.exit), which ended a stopped run without its checkpoint: the
+        # run's handlers are put back once Ray is up
+        with warnings.catch_warnings(), _signal_handlers_kept():
+            # that TorchRL's own weight sync has no policy to send: this class sends them
             warnings.filterwarnings("ignore", message="The policy is not an nn.Module")
             self._collector = RayCollector(make, policy_factory=_shell_factory(self.policy),
                                            frames_per_batch=frames_per_batch, total_frames=sys.maxsize,

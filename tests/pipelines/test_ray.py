@@ -9,6 +9,8 @@ import json
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import lightning as L
@@ -253,3 +255,30 @@ def test_a_restarted_actor_gets_the_env_calls_made_since_the_start(cluster, tmp_
                     "--data.init_args.collector.ray.max_restarts=1"], probe)
     assert probe.restarts == [1, 0]
     assert probe.w_touch == [0.123, 0.123], "the restarted actor's env lost the call made before its restart"
+
+
+def test_sigterm_stops_a_ray_run_at_a_step_with_its_checkpoint(cluster, tmp_path):
+    """``ray.init`` sets its own SIGTERM handler (``sys.exit``): the run ended without its checkpoint (and by the
+    stop's deadline). The run's handlers are put back once Ray is up: exit 143, ``last.ckpt`` written."""
+    import ray
+
+    before = {a["ActorID"] for a in ray._private.state.actors().values()}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.fit", "--config", CARTPOLE_DQN, "--data.init_args.collector.mode=ray",
+         "--data.init_args.collector.workers=2", "--data.init_args.collector.num_envs=2",
+         "--data.init_args.total_frames=10000000", "--data.init_args.replay_buffer.init_random_frames=512",
+         f"--data.init_args.collector.ray.address={cluster.address}", "--trainer.enable_progress_bar=false",
+         f"--trainer.default_root_dir={tmp_path}"],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None and not any(
+                a["State"] == "ALIVE" and a["ActorID"] not in before for a in ray._private.state.actors().values()):
+            time.sleep(0.5)
+        time.sleep(5)  # (training on the actors' frames)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, stderr[-3000:]
+    assert "training stopped by SIGTERM" in stderr and next(tmp_path.glob("runs/*/version_0/checkpoints/last.ckpt"))
