@@ -76,8 +76,8 @@ class FlexibilityUpdate(RLCallback):
         """Restore :meth:`state_dict`, checked.
 
         Raises:
-            RestoredStateError: a negative update count, or a store whose fill count or entries do not fit its
-                capacity or are not finite (names the entry)."""
+            RestoredStateError: a negative update count, or a store whose fill count, write cursor or entries do not
+                fit its capacity, or are not finite, or a negative kind (names the entry)."""
         state = restored_mapping(state_dict, "FlexibilityUpdate", ("updates", "store"))
         self.schedule.load_state_dict(state)
         self.updates = restored_number(state["updates"], "FlexibilityUpdate.updates", low=0)
@@ -88,7 +88,11 @@ class FlexibilityUpdate(RLCallback):
         for key, value in restored_mapping(storage.get("_storage") or {}, "FlexibilityUpdate.store._storage").items():
             if not isinstance(value, torch.Tensor) or value.dim() < 1 or value.shape[0] != capacity:
                 raise RestoredStateError(f"FlexibilityUpdate.store._storage.{key} is not [{capacity}, ...]")
-            restored_tensor(value[:storage["_len"]], f"FlexibilityUpdate.store._storage.{key}")
+            restored_tensor(value[:storage["_len"]], f"FlexibilityUpdate.store._storage.{key}",
+                            low=0 if key == "kind" else None)  # (a customer's kind: an index)
+        writer = store.get("_writer")
+        if isinstance(writer, dict) and "_cursor" in writer:
+            restored_number(writer["_cursor"], "FlexibilityUpdate.store._writer._cursor", low=0, high=capacity)
         self.store.load_state_dict(store)
 
     def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:

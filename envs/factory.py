@@ -13,6 +13,7 @@ from torchrl.data import Binary, Bounded, Categorical, MultiCategorical, MultiOn
 from torchrl.envs import ActionMask, Compose, EnvBase, RewardSum, TransformedEnv
 
 from envs.config import EnvConfig
+from envs.restored import restored_number, restored_tensor
 from envs.spec_record import spec_from_record, spec_record
 
 
@@ -131,9 +132,14 @@ class EnvSpecs:
         """The specs :meth:`record` recorded (on CPU).
 
         Raises:
-            ValueError: a damaged record (unknown spec family or dtype).
+            ValueError: a damaged record (unknown spec family or dtype; an example observation that is not a zero
+                observation's finite values; a number of agents that is not a positive integer).
         """
         observation = TensorDict(record["example_observation"], batch_size=record["batch_size"])
+        for key, value in observation.items(True, True):
+            restored_tensor(value, f"env_specs.example_observation.{key}", low=-1, high=1)  # (zeros; masks' ones)
+        if record["num_agents"] is not None:
+            restored_number(record["num_agents"], "env_specs.num_agents", low=1, high=2**20)
         return cls(spec_from_record(record["action_spec"]), spec_from_record(record["agent_action_spec"]), observation,
                    record["num_agents"])
 

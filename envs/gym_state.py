@@ -80,7 +80,9 @@ def _unplain(value: object, current: object, key: str) -> object:
         return value
     if current is not None and not isinstance(current, (int, float, np.number)):
         raise RestoredStateError(f"{key}={value!r}: this env's is {type(current).__name__}")
-    return restored_number(value, key, integer=isinstance(current, (int, np.integer)))
+    counter = isinstance(current, (int, np.integer)) and not isinstance(current, bool)
+    return restored_number(value, key, integer=counter,  # (an index or count of this env's: never below 0)
+                           low=0 if counter and current >= 0 else None)
 
 
 def _same(value: object, current: object) -> bool:

@@ -240,12 +240,14 @@ class DVRPEnv(NativeBatchedEnv):
 
         Raises:
             RestoredStateError: the state was saved from an env with another batch size, or its predictions are
-                not of this env's shape, finite, or acceptance probabilities in [0, 1].
+                not of this env's shape, finite, log-probabilities and embeddings (within [-1e4, 1]), or
+                acceptance probabilities in [0, 1].
         """
         same_rows = super().load_resume_state(state, keep_row_seeds)
         if same_rows and self.flexibility is not None and "predictions" in state:
-            predictions = restored_tensor(state["predictions"], "env state.predictions",
-                                          self.static[..., STATIC_FEATURES + self.config.num_types:].cpu())
+            predictions = restored_tensor(state["predictions"], "env state.predictions",  # (log-probabilities and
+                                          self.static[..., STATIC_FEATURES + self.config.num_types:].cpu(),
+                                          low=-1e4, high=1.0 + 1e-5)  # a tanh embedding: -1e30 broke sampling)
             acceptance = restored_tensor(state.get("acceptance"), "env state.acceptance", self.acceptance.cpu(),
                                          low=0.0, high=1.0 + 1e-5)  # (probabilities, to float rounding)
             self._saved = (predictions.to(self.device), acceptance.to(self.device),

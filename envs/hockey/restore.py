@@ -18,6 +18,7 @@ from envs.restored import restored_mapping, restored_tensor
 
 MARGIN = 1.0  # metres past the table's walls (and the goal boxes, for the puck) that a body may reach within a step
 MAX_SPEED = 1e3  # m/s (and rad/s): far above any speed a step gives (shots are 60 m/s), far below an edited value
+MAX_ANGLE = 1e4  # rad: a racket's heading, far beyond a game's turns (3e38 overflowed the next step's sine to nan)
 
 
 def checked_games(games: object, live: dict[str, Tensor], max_steps: int) -> dict[str, Tensor]:
@@ -36,6 +37,7 @@ def checked_games(games: object, live: dict[str, Tensor], max_steps: int) -> dic
     for name, (xy, half_length) in positions.items():
         for axis, bound in ((0, half_length + MARGIN), (1, TABLE_HALF_WIDTH + MARGIN)):
             restored_tensor(xy[axis], f"env state.games.{name} ({'xy'[axis]})", low=-bound, high=bound)
+    restored_tensor(out["players"][2], "env state.games.players (angle)", low=-MAX_ANGLE, high=MAX_ANGLE)
     restored_tensor(out["players"][3:6], "env state.games.players (velocities)", low=-MAX_SPEED, high=MAX_SPEED)
     restored_tensor(out["puck"][2:4], "env state.games.puck (velocity)", low=-MAX_SPEED, high=MAX_SPEED)
     for name, low, high in (("spin", -MAX_SPEED, MAX_SPEED), ("_kick", -MAX_SPEED, MAX_SPEED),

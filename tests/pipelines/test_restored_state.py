@@ -165,7 +165,8 @@ def test_a_tampered_replay_buffer_is_refused(checkpoints, tmp_path, capsys, edit
     ("t", lambda g: g["t"].fill_(-10 ** 9), "games.t ranges over"),
     ("opponent", lambda g: g["opponent"].fill_(99), "games.opponent ranges over"),
     ("players", lambda g: g.update(players=torch.zeros(6, 2, 3)), "games.players has shape [6, 2, 3]"),
-], ids=["puck far away", "NaN puck", "negative step", "opponent 99", "rackets of other rows"])
+    ("players", lambda g: g["players"][2].fill_(1e20), "games.players (angle) ranges over"),
+], ids=["puck far away", "NaN puck", "negative step", "opponent 99", "rackets of other rows", "a racket's angle"])
 def test_tampered_hockey_games_are_refused(tmp_path, capsys, name, value, expected):
     config = hockey_dqn_config(tmp_path / "run", [])
     run = run_module("pipelines.fit", "--config", config, "--data.init_args.total_frames=256", timeout=300)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import re
 import shutil
 
 import pytest
@@ -155,3 +156,23 @@ def test_the_config_settings_win_over_a_files_loss_buffers(tmp_path):
     module = RLModule.load_from_checkpoint(tmp_path / "edited.ckpt")
     assert float(module.gae.gamma) == pytest.approx(module.hparams.gamma)
     assert float(module.clip_epsilon) == pytest.approx(module.hparams.clip_epsilon)
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda s: s["example_observation"]["observation"].fill_(math.nan),
+     "env_specs.example_observation.observation holds a nan"),
+    (lambda s: s.update(num_agents="x"), "env_specs.num_agents='x' is not an integer"),
+], ids=["a NaN example observation", "a number of agents in words"])
+def test_a_tampered_env_spec_record_is_refused_by_load_and_export(trained, tmp_path, edit, expected):
+    """The env specs a checkpoint records shape the networks ``load_from_checkpoint`` and ``export`` build: a NaN
+    example observation (export traced the policy on it) or a number of agents that is no integer is one line."""
+    source = next(trained.glob("runs/*/version_0/checkpoints/last.ckpt"))
+    checkpoint = torch.load(source, map_location="cpu", weights_only=True)
+    edit(checkpoint["env_specs"])
+    torch.save(checkpoint, tmp_path / "t.ckpt")
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        RLModule.load_from_checkpoint(tmp_path / "t.ckpt")
+    proc = run_module("pipelines.export", "--ckpt_path", str(tmp_path / "t.ckpt"), "--out", str(tmp_path / "p.pt"),
+                      timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and expected in lines[0], proc.stderr
