@@ -116,7 +116,7 @@ def check_named_objects(tree: object, where: str, plain_strings: bool = True) ->
         ValueError: the first refused entry, naming its key, its value and why.
     """
     with enforced():  # (jsonargparse's own verdicts: the ones it enforces while it builds)
-        for key, value in _leaves(tree, where):
+        for key, value in leaves(tree, where):
             last = key.rpartition(".")[2]
             if last == "_instantiator":
                 if value != LIGHTNING_INSTANTIATOR:
@@ -171,16 +171,16 @@ def _resolve(path: str) -> object | None:
     return None
 
 
-def _leaves(tree: object, where: str) -> Iterator[tuple[str, object]]:
+def leaves(tree: object, where: str) -> Iterator[tuple[str, object]]:
     """``(dotted key, value)`` of every leaf of nested dicts / Namespaces / lists (list items as ``key[i]``)."""
     if isinstance(tree, Namespace):
         tree = tree.as_dict()
     if isinstance(tree, dict):
         for key, value in tree.items():
-            yield from _leaves(value, f"{where}.{key}" if where else str(key))
+            yield from leaves(value, f"{where}.{key}" if where else str(key))
     elif isinstance(tree, (list, tuple)):
         for i, value in enumerate(tree):
-            yield from _leaves(value, f"{where}[{i}]")
+            yield from leaves(value, f"{where}[{i}]")
     else:
         yield where, tree
 

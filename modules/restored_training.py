@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from envs.restored import RestoredStateError, restored_mapping, restored_number, restored_tensor
+from modules.import_policy import leaves
 
 # optimiser state entries that are second moments (never negative) and the step counter (a scalar)
 NON_NEGATIVE = ("exp_avg_sq", "max_exp_avg_sq", "square_avg", "sum", "acc_delta")
@@ -30,26 +31,28 @@ def check_training_state(checkpoint: dict, optimizers: list, schedulers: list) -
     Raises:
         RestoredStateError: names the first entry that is not what this run saves.
     """
-    states = checkpoint.get("optimizer_states")
-    if states is not None:
-        if not isinstance(states, list) or len(states) != len(optimizers):
-            raise RestoredStateError(f"optimizer_states holds {len(states) if isinstance(states, list) else states!r}"
-                                     f" optimisers, this run has {len(optimizers)}")
-        for index, (state, optimizer) in enumerate(zip(states, optimizers, strict=True)):
-            _check_optimizer(state, optimizer, f"optimizer_states[{index}]")
-    schedules = checkpoint.get("lr_schedulers")
-    if schedules is not None:
-        if not isinstance(schedules, list) or len(schedules) != len(schedulers):
-            raise RestoredStateError(f"lr_schedulers holds {len(schedules) if isinstance(schedules, list) else 0} "
-                                     f"schedulers, this run has {len(schedulers)}")
-        for index, (state, scheduler) in enumerate(zip(schedules, schedulers, strict=True)):
-            _check_like(state, scheduler.state_dict(), f"lr_schedulers[{index}]")
+    for index, (state, optimizer) in _paired(checkpoint, "optimizer_states", optimizers):
+        _check_optimizer(state, optimizer, f"optimizer_states[{index}]")
+    for index, (state, scheduler) in _paired(checkpoint, "lr_schedulers", schedulers):
+        _check_like(state, scheduler.state_dict(), f"lr_schedulers[{index}]")
     for key in ("epoch", "global_step"):
         if key in checkpoint:
             restored_number(checkpoint[key], key, low=0, high=COUNTER_MAX)
-    for key, value in _leaves(checkpoint.get("loops") or {}, "loops"):  # (counters, and a few flags)
+    for key, value in leaves(checkpoint.get("loops") or {}, "loops"):  # (counters, and a few flags)
         if not isinstance(value, bool) and value is not None:
             restored_number(value, key, low=0, high=COUNTER_MAX)
+
+
+def _paired(checkpoint: dict, key: str, mine: list) -> Iterator[tuple[int, tuple[object, object]]]:
+    """``(index, (saved, this run's))`` for the list ``checkpoint[key]`` (none when the file has no such entry), which
+    must hold one entry per object of this run's ``mine``."""
+    saved = checkpoint.get(key)
+    if saved is None:
+        return iter(())
+    if not isinstance(saved, list) or len(saved) != len(mine):
+        raise RestoredStateError(f"{key} holds {len(saved) if isinstance(saved, list) else type(saved).__name__} "
+                                 f"entries, this run has {len(mine)}")
+    return enumerate(zip(saved, mine, strict=True))
 
 
 def _check_optimizer(state: object, optimizer: torch.optim.Optimizer, key: str) -> None:
@@ -123,14 +126,3 @@ def _same(value: object, mine: object) -> bool:
     if isinstance(value, float) and math.isnan(value):
         return False
     return type(value) is type(mine) and value == mine if isinstance(mine, bool) or mine is None else value == mine
-
-
-def _leaves(tree: object, where: str) -> Iterator[tuple[str, object]]:
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            yield from _leaves(value, f"{where}.{key}")
-    elif isinstance(tree, (list, tuple)):
-        for i, value in enumerate(tree):
-            yield from _leaves(value, f"{where}[{i}]")
-    else:
-        yield where, tree
