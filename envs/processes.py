@@ -1,14 +1,27 @@
-"""Child processes that end with their parent: the kernel's parent-death signal (Linux ``prctl(PR_SET_PDEATHSIG)``),
-so that a command killed by SIGKILL leaves none of its workers running on alone."""
+"""Child processes that end with their parent, so that a command killed by SIGKILL leaves none running on alone:
+
+- direct children (process-pool workers): the kernel's parent-death signal (Linux ``prctl(PR_SET_PDEATHSIG)``);
+- whole trees whose members another program starts and re-parents (a local Ray instance: its raylet's agents and
+  workers): a reaper process that waits for the parent's end on a pipe, then kills every process whose environment
+  carries the parent's token (:func:`reap_with_this_process`).
+
+Run as a script (``python envs/processes.py TOKEN``), this file is that reaper: it imports nothing but the standard
+library.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import os
 import signal
+import subprocess
+import sys
+import time
+import uuid
 from functools import partial
 
 PR_SET_PDEATHSIG = 1  # <sys/prctl.h>
+REAP_VARIABLE = "RLPIPE_REAP_TOKEN"  # the environment variable that marks a process for the reaper
 
 
 def die_with(parent: int, signum: int = signal.SIGTERM) -> None:
@@ -32,3 +45,62 @@ def dying_with_this_process() -> partial:
     """An ``initializer`` for a process pool (``ProcessPoolExecutor(initializer=...)``) whose workers end when this
     process dies (SIGKILL included): their SIGTERM, whose default action ends them."""
     return partial(die_with, os.getpid())
+
+
+_reaper: subprocess.Popen | None = None
+
+
+def reap_with_this_process() -> None:
+    """Every process started from now on by this process or its descendants, however far re-parented, is killed
+    (SIGKILL) once this process has ended, normally or by any signal (SIGKILL included). For programs that start
+    trees this process cannot follow, such as a local Ray instance (its raylet's agents outlived a SIGKILLed run by
+    more than 40 s).
+
+    The processes are marked by a token in their environment (``RLPIPE_REAP_TOKEN``, inherited at every start); a
+    reaper process (this file run as a script, in its own session) holds the read end of a pipe whose write end only
+    this process has, and at its end-of-file kills every process of this user whose ``/proc/<pid>/environ`` holds the
+    token. Once per process; nothing where ``/proc`` does not exist (not Linux).
+    """
+    global _reaper
+    if _reaper is not None or not os.path.isdir("/proc"):
+        return
+    token = uuid.uuid4().hex
+    env = {k: v for k, v in os.environ.items() if k != REAP_VARIABLE}
+    _reaper = subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__), token], stdin=subprocess.PIPE,
+                               stdout=subprocess.DEVNULL, env=env, start_new_session=True)
+    os.environ[REAP_VARIABLE] = token
+
+
+def _marked(token: bytes) -> list[int]:
+    """The processes whose environment (as it was when they started) holds the token."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if token in f.read().split(b"\0"):
+                    found.append(int(name))
+        except OSError:  # (gone, or another user's)
+            pass
+    return found
+
+
+def _reap(token: str) -> None:
+    """Wait for end-of-file on stdin (the parent has ended), then kill the marked processes, again until none is
+    left (a process may start another while it is being killed), for at most 10 s."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl-C of the terminal is the parent's to handle)
+    sys.stdin.buffer.read()
+    marked = f"{REAP_VARIABLE}={token}".encode()
+    deadline = time.monotonic() + 10
+    while (pids := _marked(marked)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.1)
+
+
+if __name__ == "__main__":
+    _reap(sys.argv[1])

@@ -5,6 +5,7 @@ batches) and :class:`EnvDataModule` (the env, its collector, calls on the traini
 from __future__ import annotations
 
 import contextlib
+import traceback
 from collections.abc import Iterator
 
 import lightning as L
@@ -67,8 +68,7 @@ class RLDataModule(FrameStream, L.LightningDataModule):
             self.device = str(self.trainer.strategy.root_device) if self.trainer is not None else "cpu"
 
     def check_device(self, device: str | torch.device) -> None:
-        """Refuse options that the device the data will be on cannot take (``pipelines.fit`` calls this before
-        anything is written); none here."""
+        """Refuse options the data's device cannot take (``pipelines.fit`` calls this before any write); none here."""
 
     @property
     def num_agents(self) -> int | None:
@@ -76,8 +76,7 @@ class RLDataModule(FrameStream, L.LightningDataModule):
         return self.env_config.num_agents
 
     def env_specs(self) -> EnvSpecs | None:
-        """The training env's specs, for the module's networks (after :meth:`setup`); None without a step-wise
-        env."""
+        """The training env's specs, for the module's networks (after :meth:`setup`); None without step-wise envs."""
         return None
 
     def shutdown_collector(self) -> None:
@@ -207,18 +206,24 @@ class EnvDataModule(TrainingEnvCalls, RLDataModule):
         """A stretch where a stop signal ends the run at once (``building``: the envs or the collector being built,
         or the process's first batch collected, which take minutes for a million gymnasium envs and hold nothing
         to save); elsewhere it waits for the next step boundary (:func:`pipelines.stop_signals.on_stop_signal`).
-        A stop asked for before the stretch ends the run as it begins.
 
         Raises:
-            StopRequested: a stop signal came (before or during the stretch).
+            StopRequested: a stop signal came before or during the stretch (also where the code it interrupted
+                failed on its way out: TorchRL's worker start raised a ``RuntimeError`` of its own).
         """
         if self.stop_request is not None:
             raise StopRequested(self.stop_request)
         self.building = True
         try:
             yield
+        except BaseException as err:
+            if self.stop_request is None:
+                raise
+            traceback.clear_frames(err.__traceback__)  # (its half-built objects go now, not at the interpreter's exit)
         finally:
             self.building = False
+        if self.stop_request is not None:
+            raise StopRequested(self.stop_request)
 
     def _collector_options(self) -> dict:
         """Extra collector arguments of a pipeline."""

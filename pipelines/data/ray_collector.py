@@ -36,6 +36,7 @@ from torchrl.collectors import Collector
 
 from envs import EnvConfig
 from envs.policy_state import recurrent_transforms
+from envs.processes import reap_with_this_process
 from pipelines.compat import ray_actor_state
 from pipelines.data.collectors import VersionedPolicy, make_worker_env, watchdog
 from pipelines.data.env_control import Call
@@ -129,6 +130,8 @@ class RayWorkerCollector:
         self.options = options
         self.policy = VersionedPolicy(policy)
         self._started = not ray.is_initialized()  # a Ray instance this run starts is stopped with it
+        if self._started and options.address is None:  # its processes killed, too, if this one dies by SIGKILL
+            reap_with_this_process()
         init = {"address": options.address, "include_dashboard": False, "configure_logging": False,
                 "log_to_driver": False, "ignore_reinit_error": True}
         # no task retries: a round an actor fails is collected again from the start by all actors (__iter__)

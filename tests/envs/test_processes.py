@@ -50,3 +50,36 @@ def test_a_pool_worker_dies_with_its_sigkilled_parent(tmp_path):
     while _alive(worker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(worker), "the pool's worker outlived its SIGKILLed parent"
+
+
+TREE = textwrap.dedent("""
+    import subprocess, sys, time
+    from envs.processes import reap_with_this_process
+    if __name__ == "__main__":
+        reap_with_this_process()
+        # a grandchild in its own session, re-parented to init once its parent ends: no parent-death signal reaches it
+        middle = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                                   "p = subprocess.Popen(['sleep', '120'], start_new_session=True); print(p.pid)"],
+                                  stdout=subprocess.PIPE, text=True)
+        print(middle.stdout.readline().strip(), flush=True)
+        middle.wait()
+        time.sleep(120)
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper reads /proc")
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_a_detached_descendant_dies_with_its_killed_ancestor(tmp_path, signum):
+    script = tmp_path / "tree.py"
+    script.write_text(TREE)
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    grandchild = int(parent.stdout.readline())
+    time.sleep(0.5)
+    assert _alive(grandchild)
+    parent.send_signal(signum)
+    parent.wait(30)
+    deadline = time.monotonic() + 10
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(grandchild), "a re-parented descendant outlived its killed ancestor"

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 
 import pytest
 import torch
@@ -191,6 +192,31 @@ def test_a_stop_asked_for_before_an_interruptible_stretch_ends_the_run_as_it_beg
     with pytest.raises(StopRequested, match="SIGTERM"), data.interruptible():
         built.append(False)
     assert built == [True] and not data.building and not issubclass(StopRequested, Exception)
+
+
+class Workers:
+    """A stand-in for a half-started collector."""
+
+
+def test_a_stop_that_breaks_the_code_it_interrupts_still_ends_the_run_as_a_stop():
+    """A SIGTERM inside TorchRL's worker start made TorchRL's own clean-up raise a ``RuntimeError`` ("Converting a
+    tensordict to boolean value"), which hid the stop: the run printed a traceback and hung at exit until the grace
+    deadline (exit 1 after 9 s). An error inside the stretch after a stop is the stop; before one, the error."""
+    data = OnPolicyDataModule(GymConfig(env_id="CartPole-v1"), CollectorOptions(num_envs=1, frames_per_batch=8))
+    with pytest.raises(RuntimeError, match="broken"), data.interruptible():
+        raise RuntimeError("broken")
+    half_built = []
+
+    def start_workers(stop: bool) -> None:
+        workers = Workers()  # (its finaliser hung at the interpreter's exit when the error's frames kept it)
+        half_built.append(weakref.ref(workers))
+        if stop:
+            data.request_stop("SIGTERM")
+        raise RuntimeError("broken on the way out")
+
+    with pytest.raises(StopRequested, match="SIGTERM"), data.interruptible():
+        start_workers(stop=True)
+    assert half_built[0]() is None and not data.building
 
 
 def test_sigterm_while_a_million_envs_are_built_ends_the_run_at_once(tmp_path):
