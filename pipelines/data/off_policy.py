@@ -141,7 +141,9 @@ class OffPolicyDataModule(EnvDataModule):
     def _collector_options(self) -> dict:
         world = self.trainer.world_size
         done = self.trainer.lightning_module.collected_frames
-        return {"init_random_frames": max(self.init_random_frames - done, 0) // world}
+        frames = max(self.init_random_frames - done, 0) // world
+        # whole batches, as TorchRL collects them anyway (it warned on every run of a warm-up of 1000 in 256s)
+        return {"init_random_frames": -(-frames // self.frames_per_batch) * self.frames_per_batch}
 
     @property
     def steps_per_batch(self) -> int:

@@ -222,6 +222,22 @@ def test_the_data_device_follows_the_trainer(tmp_path):
     assert cli.datamodule.device == str(cli.trainer.strategy.root_device) == "cpu"
 
 
+def test_a_warm_up_of_part_of_a_batch_is_collected_in_whole_batches_without_a_warning(tmp_path):
+    """``init_random_frames: 1000`` in batches of 256 (``cartpole_dqn.yaml``): TorchRL collects 1,024 random frames
+    either way and warned so on every run; the collector now gets the whole batches, and updates still start after
+    the frames the config names."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cli = main(["--config", str(REPO / "configs" / "cartpole_dqn.yaml"), "--trainer.enable_progress_bar=false",
+                    "--trainer.callbacks=[]", f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false",
+                    "--data.init_args.total_frames=1536", "--data.init_args.replay_buffer.init_random_frames=1000"])
+    assert not [w for w in caught if "multiple of frames_per_batch" in str(w.message)]
+    # batches at 256 ... 1,536 frames: the random ones up to 1,024, updates from the batch past 1,000 (1,024) on
+    assert cli.trainer.global_step == 3 * cli.datamodule.replay_options.utd_ratio
+
+
 def test_a_run_ends_with_its_summary_and_no_library_noise(smoke_run):
     """The smoke fit's console: none of the known harmless library messages, TorchRL lines through the
     progress bar, and one summary at the end naming the run folder, frames, the evaluation and checkpoints."""
