@@ -115,6 +115,8 @@ class ModelCheckpoint(LightningModelCheckpoint):
         super().on_exception(trainer, pl_module, exception)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.fast_dev_run:  # nothing written, as Lightning's docs say (its own save_last wrote last.ckpt)
+            return
         if self.save_last and not self._should_skip_saving_checkpoint(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
         super().on_train_end(trainer, pl_module)

@@ -80,7 +80,8 @@ def run_summary(trainer, model, started: float) -> str:
     folder = getattr(logger, "log_dir", None) or trainer.default_root_dir
     seconds = time.monotonic() - started
     frames = int(model.collected_frames)
-    lines = [f"run folder: {os.path.abspath(folder)}",
+    where = "none (fast_dev_run writes nothing)" if trainer.fast_dev_run else os.path.abspath(folder)
+    lines = [f"run folder: {where}",
              f"frames: {frames:,} in {_duration(seconds)} ({frames / max(seconds, 1e-9):,.0f} frames/s overall), "
              f"{trainer.global_step:,} optimiser steps"]
     from callbacks.evaluation import evaluations as run_evaluations  # (torch loads after the thread settings)

@@ -95,17 +95,19 @@ def test_options_are_never_abbreviated_and_errors_are_one_line(tmp_path, capsys,
     assert os.listdir(tmp_path) == []
 
 
-def test_fast_dev_run_and_home_relative_folders_write_under_the_run_folder(tmp_path, monkeypatch):
+def test_fast_dev_run_writes_nothing_and_home_relative_folders_write_under_the_run_folder(tmp_path, monkeypatch,
+                                                                                         capsys):
     monkeypatch.chdir(tmp_path)
-    cli = _cartpole("runs", "--trainer.fast_dev_run=true")
-    assert os.listdir(tmp_path) == ["runs"]  # Lightning would write ./checkpoints/last.ckpt
-    assert cli.trainer.default_root_dir == os.path.join("runs", "cartpole_dqn", "version_0")
-    assert (tmp_path / cli.trainer.default_root_dir / "checkpoints" / "last.ckpt").is_file()
+    cli = _cartpole("runs", "--trainer.fast_dev_run=true", "--trainer.callbacks+=callbacks.PolicyEvaluation",
+                    "--trainer.callbacks.save_best=true")
+    assert cli.trainer.global_step > 0
+    assert os.listdir(tmp_path) == []  # Lightning's own save_last wrote ./checkpoints/last.ckpt, the run best.ckpt
+    assert "run folder: none (fast_dev_run writes nothing)" in capsys.readouterr().out
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     cli = _cartpole("~/x", "--data.init_args.total_frames=1100")
     run = tmp_path / "home" / "x" / "cartpole_dqn" / "version_0"
     assert (run / "config.yaml").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
-    assert sorted(os.listdir(tmp_path)) == ["home", "runs"]  # no folder named "~"
+    assert os.listdir(tmp_path) == ["home"]  # no folder named "~"
 
 
 def test_a_run_folder_is_written_by_one_run_at_a_time(tmp_path, capsys):
