@@ -74,6 +74,7 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
         self._compiled_loss = None  # torch.compile of self.loss, built on the first update (update_loss)
         self.automatic_optimization = False
         self.collected_frames = 0  # frames of all ranks (ranks collect in lockstep, equal batches)
+        self.frames_at_start = 0  # collected_frames when this fit began: a resumed checkpoint's, else 0
         self.finished_episodes = 0  # episodes this rank's envs finished in this process (a statistic, not checkpointed)
         self.latest_metrics: dict[str, float] = {}
         self.nonfinite_updates: int | Tensor = 0  # updates skipped for a non-finite loss or gradient (optimizer_update)
@@ -192,6 +193,7 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
             return
         restored_mapping(state, "rl_state", ("collected_frames", "torch_rng"))
         self.collected_frames = restored_number(state["collected_frames"], "rl_state.collected_frames", low=0)
+        self.frames_at_start = self.collected_frames
         for name in ("nonfinite_updates", "consecutive_nonfinite"):
             setattr(self, name, restored_number(state.get(name, 0), f"rl_state.{name}", low=0))
         rank = self.trainer.global_rank if self._trainer is not None else 0

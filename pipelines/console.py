@@ -79,11 +79,12 @@ def run_summary(trainer, model, started: float) -> str:
     logger = trainer.logger  # its own log_dir: Trainer.log_dir is a collective under DDP, and only rank 0 prints
     folder = getattr(logger, "log_dir", None) or trainer.default_root_dir
     seconds = time.monotonic() - started
-    frames = int(model.collected_frames)
+    before = int(getattr(model, "frames_at_start", 0))  # a resumed checkpoint's frames, not this process's
+    frames = int(model.collected_frames) - before
     where = "none (fast_dev_run writes nothing)" if trainer.fast_dev_run else os.path.abspath(folder)
     lines = [f"run folder: {where}",
-             f"frames: {frames:,} in {_duration(seconds)} ({frames / max(seconds, 1e-9):,.0f} frames/s overall), "
-             f"{trainer.global_step:,} optimiser steps"]
+             f"frames: {frames:,} in {_duration(seconds)} ({frames / max(seconds, 1e-9):,.0f} frames/s overall)"
+             + (f" after the checkpoint's {before:,}" if before else "") + f", {trainer.global_step:,} optimiser steps"]
     from callbacks.evaluation import evaluations as run_evaluations  # (torch loads after the thread settings)
 
     evaluations = [e for e in run_evaluations(trainer) if len(e) > 1]

@@ -92,7 +92,7 @@ def continue_in_folder(trainer: L.Trainer, folder: str, frames: int) -> None:
         if isinstance(callback, RecordConfig):
             callback.resumed_frames = frames
     print(f"resuming {folder} at {frames} frames (the same folder; TensorBoard steps after {frames} from the "
-          f"interrupted part are replaced)", file=sys.stderr, flush=True)
+          f"earlier part are replaced)", file=sys.stderr, flush=True)
 
 
 def write_error(err: BaseException) -> str | None:

@@ -121,7 +121,7 @@ def _params(path: str) -> dict[str, torch.Tensor]:
     return torch.load(path, weights_only=True)["state_dict"]
 
 
-def test_resume_continues_frames_optimizer_and_rng(tmp_path):
+def test_resume_continues_frames_optimizer_and_rng(tmp_path, capsys):
     """A run stopped at a checkpoint and resumed with --ckpt_path ends exactly where the uninterrupted
     run ends: same frames, optimiser steps and weights (so the same data, optimiser and RNG state)."""
     common = ["--config", SMOKE, "--trainer.callbacks=[]", "--trainer.enable_progress_bar=false"]
@@ -135,9 +135,11 @@ def test_resume_continues_frames_optimizer_and_rng(tmp_path):
     mid = periodic_checkpoints(ckpt_dir)[8]
     assert mid.is_file(), sorted(p.name for p in ckpt_dir.iterdir())
     assert torch.load(mid, weights_only=True)["rl_state"]["collected_frames"] == 960
+    capsys.readouterr()
     resumed = main([*common, *checkpointing, f"--trainer.logger.init_args.save_dir={tmp_path / 'b'}",
                     f"--ckpt_path={mid}"])
     assert resumed.model.collected_frames == full.model.collected_frames == 1920
+    assert "frames: 960 in " in capsys.readouterr().out  # this process's frames (it printed 1,920 before)
     assert resumed.trainer.global_step == full.trainer.global_step == 16
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert a.keys() == b.keys()
