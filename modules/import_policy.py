@@ -50,6 +50,15 @@ HELP = (f"Class paths may name this project's packages ({', '.join(PROJECT_PACKA
 _DOT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 
 
+def how_to_allow(module: str) -> str:
+    """The line that tells a user how to let a run import their own ``module`` (a class path's module part)."""
+    denied = next((d for d in DENIED_INSIDE if module == d or module.startswith(d + ".")), None)
+    if denied is not None:
+        return f"{denied} can load or run files: never allowed, even by {ALLOW_ENV}"
+    return (f"allow your own module with the environment variable {ALLOW_ENV}, e.g. {ALLOW_ENV}={module} "
+            f"python -m pipelines.fit ...")
+
+
 def user_packages() -> list[str]:
     """The dot paths named in :data:`ALLOW_ENV` (empty entries ignored).
 
@@ -139,7 +148,7 @@ def _refusal(path: str, by_name: bool, class_only: bool) -> str | None:
     None."""
     entry = denying_import_path_entry(path)
     if entry is not None:
-        return f"it is outside the allowed packages (the {entry!r} entry refuses it)" if by_name else None
+        return f"it is outside the allowed packages ({how_to_allow(path.rpartition('.')[0])})" if by_name else None
     target = _resolve(path)
     if target is None:
         return None  # (not found: building from it fails with its own message; nothing ran)
@@ -203,6 +212,6 @@ def check_env_ids(config: Namespace, where: str = "") -> None:
             if not module or not all(p.isidentifier() for p in module.split(".")) or denying_import_path_entry(module):
                 raise ValueError(f"{path}={value!r} would import module {module!r}, which is not allowed: "
                                  f"registered gymnasium ids only, or a module of {', '.join(PROJECT_PACKAGES)} or of "
-                                 f"a package {ALLOW_ENV} names")
+                                 f"a package {ALLOW_ENV} names ({how_to_allow(module)})")
         elif isinstance(value, (Namespace, dict, list)):
             check_env_ids(value, path)

@@ -24,6 +24,7 @@ from typing import NoReturn
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser
 
+from modules.import_policy import how_to_allow
 from pipelines.compat import debug_mode_active
 from pipelines.renamed import given_key, new_place, renamed_class, renamed_key, retyped_key
 
@@ -104,14 +105,21 @@ def one_line(message: str, options: list[str] = ()) -> str | None:
                 value = leaf.removeprefix("Unable to load config").strip(" '\"")
                 return (f"{'.'.join(path)}: a section now; the value {value} goes to "
                         f"{new_place(path[:-1], retyped)} (a key of {class_path})")
-            if after_class and renamed_class(class_path):
-                new = renamed_class(class_path)
-                said = "moved to" if new.rpartition(".")[2] == class_path.rpartition(".")[2] else "renamed"
-                return f"{'.'.join([*path[:-1], 'class_path'])}={class_path!r}: {said} {new}"
-            if after_class:  # the class itself was refused (not importable, not allowed)
-                return f"{'.'.join([*path[:-1], 'class_path'])}={class_path!r}: {leaf}"
+            if after_class:  # the class itself was refused (renamed, not allowed, not importable)
+                return _class_refused(f"{'.'.join([*path[:-1], 'class_path'])}={class_path!r}", class_path, leaf)
             return f"{'.'.join(path)}: {leaf}" if path else leaf
     return None
+
+
+def _class_refused(key: str, class_path: str, leaf: str) -> str:
+    """The line for a class path jsonargparse refused (``key`` is ``<dotted key>=<class path>``)."""
+    if renamed_class(class_path):
+        new = renamed_class(class_path)
+        said = "moved to" if new.rpartition(".")[2] == class_path.rpartition(".")[2] else "renamed"
+        return f"{key}: {said} {new}"
+    if "import path denylist" in leaf:  # refused by the import policy
+        return f"{key} is not allowed: outside the project's packages ({how_to_allow(class_path.rpartition('.')[0])})"
+    return f"{key}: {leaf}"
 
 
 class FitArgumentParser(LightningArgumentParser):
