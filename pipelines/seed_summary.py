@@ -46,11 +46,12 @@ def plot(summary: dict, path: str, title: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
     curves = summary["curves"]
     for seed, (steps, values) in curves.items():
-        ax.plot(steps, values, linewidth=0.8, alpha=0.6, label=f"seed {seed}")
+        ax.plot(steps, values, linewidth=0.8, alpha=0.6, marker="o", markersize=3, label=f"seed {seed}")  # (a
+        # run of one evaluation is one point: a line alone draws nothing)
     common = sorted(set.intersection(*(set(steps.tolist()) for steps, _ in curves.values())))
     if common:
         mean = np.mean([np.interp(common, steps, values) for steps, values in curves.values()], axis=0)
-        ax.plot(common, mean, color="black", linewidth=2.0, label="mean")
+        ax.plot(common, mean, color="black", linewidth=2.0, marker="o", markersize=4, label="mean")
     ax.set_xlabel("frames")
     ax.set_ylabel(summary["metric"])
     ax.set_title(title)

@@ -235,3 +235,19 @@ def test_an_override_of_where_runs_are_written_stops_before_any_fit(tmp_path, ca
     err = capsys.readouterr().err
     assert err.startswith("error: --trainer.logger.init_args.save_dir: each seed's run is written under --out"), err
     assert not (tmp_path / "study").exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_curves_of_one_evaluation_per_seed_show_a_point_per_seed(tmp_path):
+    """A study whose runs evaluated once: each seed's curve is one point, which a line alone never drew (the picture
+    held axes only)."""
+    import numpy as np
+
+    from pipelines.seed_summary import plot
+
+    summary = {"metric": "eval/episode_return",
+               "curves": {0: (np.array([1024]), np.array([50.0])), 1: (np.array([1024]), np.array([80.0]))}}
+    plot(summary, str(tmp_path / "curves.png"), "one evaluation")
+    image = matplotlib.image.imread(tmp_path / "curves.png")[..., :3]
+    seed_0 = np.array([0x1F, 0x77, 0xB4]) / 255  # matplotlib's first colour, seed 0's
+    near = np.abs(image - seed_0).max(-1) < 0.15
+    assert near.sum() > 5, "seed 0's point is not drawn"
