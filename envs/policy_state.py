@@ -4,6 +4,7 @@ entries of the env's TensorDicts), found in the policy's modules by TorchRL (``g
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 from torchrl.envs import Compose, EnvBase, InitTracker, TensorDictPrimer, Transform, TransformedEnv
 from torchrl.modules.utils import get_primers_from_module
@@ -35,9 +36,24 @@ def carried_keys(policy: object) -> list:
 
 def _primed(transform: Transform) -> list:
     """The entries the ``TensorDictPrimer`` s in ``transform`` (a ``Compose`` of any depth) give."""
+    return list(_primer_specs(transform))
+
+
+def _primer_specs(transform: Transform) -> dict:
+    """The specs (one sample's) of the entries the ``TensorDictPrimer`` s in ``transform`` give, by key."""
     if isinstance(transform, Compose):
-        return [key for part in transform for key in _primed(part)]
-    return list(transform.primers.keys(True, True)) if isinstance(transform, TensorDictPrimer) else []
+        return {key: spec for part in transform for key, spec in _primer_specs(part).items()}
+    if not isinstance(transform, TensorDictPrimer):
+        return {}
+    return {key: transform.primers[key] for key in transform.primers.keys(True, True)}
+
+
+def carried_states(policy: object) -> dict[str, tuple[torch.Size, torch.dtype]]:
+    """The states a recurrent ``policy`` carries from step to step (its primer's entries, e.g. an LSTM's
+    ``actor_hidden`` ``[1, H]``), by key: one sample's shape and dtype; ``{}`` for a feed-forward policy."""
+    transforms = recurrent_transforms(policy)
+    return {} if transforms is None else {key: (spec.shape, spec.dtype)
+                                          for key, spec in _primer_specs(transforms).items()}
 
 
 def checked_carry(carry: object, live: dict | None) -> dict:

@@ -11,8 +11,8 @@ from tensordict.nn import TensorDictModuleBase
 from torch import nn
 from torchrl.envs.utils import ExplorationType
 
+from envs.policy_state import carried_states
 from modules.policy import Action, FixedExplorationPolicy, Observation, exportable, policy_input
-from modules.recurrent import RECURRENT_ONLY_IN_ENVS
 
 
 class Acting:
@@ -58,8 +58,10 @@ class Acting:
         mode = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
         return FixedExplorationPolicy(self.collector_policy, mode)
 
-    def _input_entries(self, policy: TensorDictModuleBase) -> dict[NestedKey, tuple[torch.Size, torch.dtype]]:
-        """The per-sample shape and dtype of every entry ``policy`` reads, from the recorded env specs.
+    def _input_entries(self, policy: TensorDictModuleBase, carried: tuple = ()
+                       ) -> dict[NestedKey, tuple[torch.Size, torch.dtype]]:
+        """The per-sample shape and dtype of every entry ``policy`` reads but those it ``carried`` (a recurrent
+        policy's states and ``is_init``), from the recorded env specs.
 
         Raises:
             RuntimeError: the recorded specs lack an entry the policy reads.
@@ -67,16 +69,18 @@ class Acting:
         example = self.env_specs.example_observation
         dims = example.batch_dims
         entries = {}
-        for key in policy.in_keys:
+        for key in (k for k in policy.in_keys if k not in carried):
             value = example.get(key, None)
             if value is None:
                 raise RuntimeError(f"the recorded env specs have no {key!r}, which the policy reads")
             entries[key] = (value.shape[dims:], value.dtype)
         return entries
 
-    def predict(self, observation: Observation, deterministic: bool = True) -> Action:
-        """The action of the trained policy for ``observation`` (Stable-Baselines3's ``model.predict``, without the
-        recurrent state): ``action = module.predict(obs)``.
+    def predict(self, observation: Observation, deterministic: bool = True, *, state: dict | None = None,
+                episode_start: object = None) -> Action | tuple[Action, dict]:
+        """The action of the trained policy for ``observation`` (Stable-Baselines3's ``model.predict``):
+        ``action = module.predict(obs)``; for a recurrent policy (an LSTM's) also the states it carries, as
+        sb3-contrib's: ``action, state = module.predict(obs, state=state, episode_start=done)``.
 
         ``observation`` is the env's observation as the run's TorchRL env hands it to the collector, per sample:
 
@@ -104,37 +108,72 @@ class Acting:
                 one the checkpoint was saved with, ``module.epsilon()``; ``module.set_epsilon(e)`` sets another),
                 PPO's and SAC's samples of their distribution, drawn from the global torch RNG
                 (``torch.manual_seed`` makes them repeatable).
+            state: a recurrent policy's states from its previous call (a dict: ``actor_hidden``, ``actor_cell``,
+                ``critic_hidden``, ``critic_cell``, each ``[1, H]`` per sample, with the observation's batch dim);
+                None: zeros, an episode's start.
+            episode_start: a recurrent policy's episode starts (bool, per sample ``[]``, with the observation's
+                batch dim ``[N]``): where True the states start again from zeros (the env was reset, as after
+                ``done``); None: True without ``state``, else False.
 
         Returns:
             The action, per sample as the env takes it: a discrete action as its index (int64, ``[]``; ``[R]`` for R
             agents), a continuous one ``[A]`` (float32, within the action spec's bounds); with a leading ``[N]`` for a
             batch. A numpy array if any entry of ``observation`` was not a tensor (numpy in, numpy out), else a
-            tensor on the observation's device.
+            tensor on the observation's device. A recurrent policy returns ``(action, state)``: the states to pass
+            to its next call, as ``state`` above.
 
         Raises:
             ValueError: a missing entry, a wrong shape, an uncastable dtype or an ``action_mask`` row that allows no
                 action (one line naming the expected keys, shapes and dtypes).
             RuntimeError: a module that records no env specs (built in Python and never shaped: see
                 :meth:`build_on`).
-            NotImplementedError: a module without a step-wise policy (REINFORCE's whole plans), or a recurrent one
-                (its action depends on the states it carries: play it in an env).
+            NotImplementedError: a module without a step-wise policy (REINFORCE's whole plans).
+            ValueError: also ``state`` or ``episode_start`` given to a policy that carries no state, or a state of
+                another shape.
         """
         if self.env_specs is None:
             raise RuntimeError(f"{type(self).__name__} records no env specs: shape it on an env first "
                                f"(module.build_on(envs.EnvSpecs.of(env))) or load it from a checkpoint")
-        if getattr(self, "recurrent", False):
-            raise NotImplementedError(RECURRENT_ONLY_IN_ENVS)
         policy = self.torchrl_policy(deterministic)
-        td, batched, as_numpy, device_in = policy_input(observation, self._input_entries(policy), self.device)
-        action = policy(td).get("action")
-        if not batched:
-            action = action[0]
-        if as_numpy:
-            return action.detach().cpu().numpy()
-        return action if device_in is None else action.to(device_in)
+        states = carried_states(self.collector_policy)
+        if not states and (state is not None or episode_start is not None):
+            raise ValueError("state and episode_start are a recurrent policy's: this policy carries no state")
+        entries = self._input_entries(policy, carried=(*states, "is_init"))
+        td, batched, as_numpy, device_in = policy_input(observation, entries, self.device)
+        if states:
+            td.update(_carried_input(states, state, episode_start, td.batch_size, batched, self.device))
+        out = policy(td)
+
+        def returned(value: torch.Tensor) -> Action:
+            value = value if batched else value[0]
+            if as_numpy:
+                return value.detach().cpu().numpy()
+            return value if device_in is None else value.to(device_in)
+
+        action = returned(out.get("action"))
+        return (action, {key: returned(out.get(("next", key))) for key in states}) if states else action
 
     def forward(self, observation: Observation, deterministic: bool = True) -> Action:
         """``module(observation)``: :meth:`predict` (the same arguments, returns and errors). The training never
         calls it (the updates call the networks and losses), so the module's call is free to mean what a user of a
         loaded checkpoint expects of it: the trained policy's action."""
         return self.predict(observation, deterministic)
+
+
+def _carried_input(states: dict, state: dict | None, episode_start: object, batch: torch.Size, batched: bool,
+                   device: torch.device | str) -> dict:
+    """A recurrent policy's carried entries for a :meth:`Acting.predict` input ``[N]``: its states (``state``
+    checked as the policy's inputs are, or zeros) and ``is_init`` ``[N, 1]`` (``episode_start``, or True where no
+    state is given)."""
+    if state is None:
+        carried = {key: torch.zeros(*batch, *shape, dtype=dtype, device=device) for key, (shape, dtype) in
+                   states.items()}
+    else:
+        given, given_batched, _, _ = policy_input(state, states, device)
+        if given_batched != batched or given.batch_size != batch:
+            raise ValueError(f"state is for a batch of {list(given.batch_size)}, the observation "
+                             f"{list(batch) if batched else 'one sample'}")
+        carried = given.to_dict()
+    start = torch.as_tensor(state is None if episode_start is None else episode_start, device=device)
+    carried["is_init"] = start.to(torch.bool).reshape(-1, 1).expand(*batch, 1).clone()
+    return carried

@@ -21,11 +21,6 @@ from modules.ppo_policy import policy_head, policy_out_keys
 
 ACTOR_STATE = ("actor_hidden", "actor_cell")
 CRITIC_STATE = ("critic_hidden", "critic_cell")
-# what predict answers for a recurrent policy (its action depends on the LSTM states it carries)
-RECURRENT_ONLY_IN_ENVS = ("a recurrent policy acts on the LSTM states it carries from step to step, and is not asked "
-                          "one observation at a time: play it in an env (pipelines.evaluate, or env.rollout(n, "
-                          "module.torchrl_policy()) on envs.policy_state.recurrent_env(env, module.collector_policy)), "
-                          "or export it (pipelines.export: the states are its inputs and outputs)")
 
 
 class LSTMActorCritic(ActorCriticNetwork):

@@ -4,6 +4,7 @@ starts; the loss replays whole rows from the stored states and gives the collect
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torchrl.envs import ExplorationType, set_exploration_type
@@ -124,8 +125,9 @@ def test_the_config_runs_evaluates_and_exports_its_steps(tmp_path, capsys):
     table = evaluate(["--ckpt_path", str(last), "--episodes", "4", "--num_envs", "4"])
     assert set(table) == {"ppo", "random"} and table["ppo"]["mean_return"] >= 8
     loaded = RLModule.load_from_checkpoint(last)
-    with pytest.raises(NotImplementedError, match="a recurrent policy acts on the LSTM states it carries"):
-        loaded.predict(torch.zeros(4))
+    with pytest.raises(ValueError, match="state is for a batch of"):
+        loaded.predict(torch.zeros(2, 4), state={k: torch.zeros(3, 1, 16) for k in
+                                                 ("actor_hidden", "actor_cell", "critic_hidden", "critic_cell")})
     description = export(["--ckpt_path", str(last), "--out", str(tmp_path / "ppo.pt")])
     assert [i["key"] for i in description["inputs"]] == ["observation", "is_init", "actor_hidden", "actor_cell"]
     assert [n["key"] for n in description["next_states"]] == ["next.actor_hidden", "next.actor_cell"]
@@ -140,3 +142,13 @@ def test_the_config_runs_evaluates_and_exports_its_steps(tmp_path, capsys):
         step = rollout[:, t]
         action, hidden, cell = program(step["observation"], step["is_init"], hidden, cell)
         assert torch.equal(action, step["action"]), t
+    # predict, sb3-contrib's way (the states returned fed back, episode starts given), plays the same actions, with
+    # numpy in and out as with tensors
+    state = None
+    for t in range(rollout.shape[1]):
+        step = rollout[:, t]
+        action, state = loaded.predict(step["observation"].numpy(), state=state,
+                                       episode_start=step["is_init"].squeeze(-1).numpy())
+        assert isinstance(action, np.ndarray) and np.array_equal(action, step["action"].numpy()), t
+    single, _ = loaded.predict(rollout[0, 0]["observation"])  # one observation, an episode's start
+    assert single.shape == () and single == rollout[0, 0]["action"]

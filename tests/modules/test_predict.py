@@ -163,6 +163,8 @@ def test_cartpole_dqn_bad_input_names_the_entry(cartpole):
         with pytest.raises(ValueError, match=r"expected observation \[4\] float32") as err:
             module.predict(bad)
         assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="this policy carries no state"):  # (sb3-contrib's arguments, a recurrent's)
+        module.predict(np.zeros(4, np.float32), episode_start=True)
 
 
 # ------------------------------------------------------------------ Pendulum SAC
