@@ -9,10 +9,13 @@ only; mkdocstrings' Python handler (griffe) reads the sources statically and imp
 from __future__ import annotations
 
 import pathlib
+import re
 
 from mkdocs.structure.files import File, Files
 
 PACKAGES = ("envs", "modules", "callbacks", "pipelines")
+# a Sphinx role the docstrings use (``:meth:`x` ``), as the rendered HTML has it: ``:meth:<code>x</code>``
+ROLE = re.compile(r":(?:py:)?(?:meth|class|func|mod|attr|data|obj|exc|const):<code>(~?)([\w.]+)(\(\))?</code>")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -40,14 +43,20 @@ def page(package: str, modules: list[str]) -> str:
     return "\n".join(lines)
 
 
+def index() -> str:
+    """The markdown of ``api/index.md``: every package's page, and each of its modules linked to its entry."""
+    lines = ["# API reference", "", "Generated from the docstrings, one page per package:", ""]
+    for package, modules in packages().items():
+        lines.append(f"- [`{package}`]({package}.md): " + ", ".join(
+            f"[`{m.rsplit('.', 1)[-1]}`]({package}.md#{m})" for m in modules if m != package))
+    return "\n".join(lines) + "\n"
+
+
 def on_files(files: Files, config) -> Files:
     """Add ``api/<package>.md`` for every package and ``api/index.md`` linking them."""
-    index = ["# API reference", "", "Generated from the docstrings, one page per package:", ""]
     for package, modules in packages().items():
         files.append(File.generated(config, f"api/{package}.md", content=page(package, modules)))
-        index.append(f"- [`{package}`]({package}.md): " + ", ".join(f"`{m.rsplit('.', 1)[-1]}`" for m in modules
-                                                                      if m != package))
-    files.append(File.generated(config, "api/index.md", content="\n".join(index) + "\n"))
+    files.append(File.generated(config, "api/index.md", content=index()))
     return files
 
 
@@ -58,3 +67,19 @@ def on_config(config):
         if isinstance(item, dict) and item.get("API reference") == "api/index.md":
             config["nav"][i] = {"API reference": pages}
     return config
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    """On the API pages, a docstring's Sphinx role (``:class:`envs.EnvConfig` ``, ``:meth:`~x.y` ``; shown raw
+    before) becomes its name in code, linked to the object's entry where it names one of the project's packages."""
+    if not page.file.src_uri.startswith("api/"):
+        return html
+    names = sorted(packages(), key=len, reverse=True)
+
+    def replace(match: re.Match) -> str:
+        short, path, call = match.group(1), match.group(2), match.group(3) or ""
+        shown = f"<code>{path.rsplit('.', 1)[-1] if short else path}{call}</code>"
+        package = next((n for n in names if path == n or path.startswith(n + ".")), None)
+        return f'<a href="../{package}/#{path}">{shown}</a>' if package else shown
+
+    return ROLE.sub(replace, html)

@@ -19,11 +19,12 @@ route, so a pass costs O(B·N·K), not O(B·N²·M²). The best improving move o
 :func:`ruin_and_recreate` escapes the local optima this leaves (customers near one another taken out and put back by
 cheapest insertion, then swept; kept where shorter).
 
-Every move is checked with the forward / backward slack arithmetic of the insertion oracle (:func:`envs.dvrp.plan
-.schedule`: earliest start ``START`` and latest start ``LATEST`` per position), with its safety ``margin`` on every
-comparison, so that every plan it returns is feasible in exact arithmetic (windows, capacity, back at the depot by
-the horizon). A move within one route is judged on the route as it is (the earliest starts before the move and the
-latest starts after it): conservative, never infeasible, as removing a customer never delays a Euclidean route.
+Every move is checked with the forward / backward slack arithmetic of the insertion oracle
+(:func:`envs.dvrp.plan.schedule`: earliest start ``START`` and latest start ``LATEST`` per position), with its safety
+``margin`` on every comparison, so that every plan it returns is feasible in exact arithmetic (windows, capacity,
+back at the depot by the horizon). A move within one route is judged on the route as it is (the earliest starts
+before the move and the latest starts after it): conservative, never infeasible, as removing a customer never delays
+a Euclidean route.
 """
 
 from __future__ import annotations
