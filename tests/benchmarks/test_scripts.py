@@ -1,7 +1,7 @@
 """Every benchmark script runs to its JSON line at a tiny size, so none rots unseen (their figures are measured at full
 size by hand; see ``docs/benchmarks.md``). ``benchmarks/fit_timing.py`` runs inside ``vacuum_throughput``'s fit; the
 scripts with tests of their own (``dvrp_router``, ``dvrp_gap``, ``dvrp_fleets``, ``gpu_path``, ``peer_sb3``,
-``scale_out``) are not repeated here."""
+``results``, ``scale_out``) are not repeated here."""
 
 from __future__ import annotations
 

@@ -1,0 +1,106 @@
+"""A config's published figure from its final policies: train it on several seeds, evaluate each seed's final
+``last.ckpt`` (not its best checkpoint) with ``pipelines.evaluate`` on held-out episodes, and write one dated JSON.
+
+    python benchmarks/results.py --config configs/pendulum_ppo.yaml --seeds 0 1 2 3 4 [--parallel 2]
+        [--episodes 100] [--out results] [--runs runs/results] [fit overrides, e.g. --data.init_args.total_frames=...]
+
+The seeds run as ``pipelines.seeds`` runs them (their folders under ``runs/results/<config stem>``, a finished seed
+read back rather than run again); each final policy plays ``--episodes`` episodes of ``pipelines.evaluate`` (its
+held-out evaluation seed), beside the env's reference policies on the same episodes. The file
+``<out>/<config stem>-<date>.json`` holds each seed's return ± SE over its episodes, the mean ± SE over seeds of
+those returns (the figure to publish), every reference row, the machine and the command; its content is also the
+last stdout line. For an env that evaluates under several settings (the hockey opponents) each setting has its own
+figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(*args: str) -> str:
+    """``python -m <args>`` from the project's root; its stdout (its stderr passed through); exits on a failure."""
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"error: python -m {' '.join(args[:3])} ... ended with status {proc.returncode}")
+    return proc.stdout
+
+
+def _mean_se(values: list[float]) -> tuple[float, float]:
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values))
+
+
+def _rows(table: dict) -> dict[str | None, dict]:
+    """``pipelines.evaluate``'s table by setting (None: a table of one setting): ``{setting: {policy: row}}``."""
+    first = next(iter(table.values()))
+    if "mean_return" in first:
+        return {None: table}
+    return {setting: {policy: rows[setting] for policy, rows in table.items()} for setting in first}
+
+
+def summarise(evaluations: dict[int, dict]) -> dict:
+    """Per setting: each seed's trained row, the mean ± SE over seeds of their returns, and the reference rows of
+    the first seed's table (the same episodes for every seed)."""
+    out: dict = {}
+    for seed, table in evaluations.items():
+        for setting, rows in _rows(table).items():
+            name = next(iter(rows))  # the trained policy's row comes first
+            entry = out.setdefault(str(setting), {"policy": name, "seeds": {}, "references": {
+                k: v for k, v in rows.items() if k != name}})
+            entry["seeds"][str(seed)] = rows[name]
+    for entry in out.values():
+        entry["mean"], entry["se"] = _mean_se([row["mean_return"] for row in entry["seeds"].values()])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", required=True)
+    parser.add_argument("--parallel", type=int, default=1)
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--out", default=os.path.join(ROOT, "results"))
+    parser.add_argument("--runs", default=os.path.join(ROOT, "runs", "results"), help="where the seeds' runs go")
+    args, overrides = parser.parse_known_args()
+    stem = os.path.splitext(os.path.basename(args.config))[0]
+    runs = os.path.join(os.path.abspath(args.runs), stem)
+    _run("pipelines.seeds", "--config", args.config, "--seeds", *map(str, args.seeds), "--parallel",
+         str(args.parallel), "--out", runs, *overrides)
+    evaluations = {}
+    for seed in args.seeds:
+        found = sorted(glob.glob(os.path.join(glob.escape(runs), f"seed_{seed}", "runs", "*", "version_*",
+                                              "checkpoints", "last.ckpt")), key=os.path.getmtime)
+        if not found:
+            raise SystemExit(f"error: seed {seed} wrote no last.ckpt under {runs}")
+        line = _run("pipelines.evaluate", "--ckpt_path", found[-1], "--episodes", str(args.episodes))
+        evaluations[seed] = json.loads(line.strip().splitlines()[-1])
+    today = datetime.date.today().isoformat()
+    result = {"config": os.path.relpath(os.path.abspath(args.config), ROOT), "date": today,
+              "command": " ".join(["python", "benchmarks/results.py", *sys.argv[1:]]), "episodes": args.episodes,
+              "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+              "settings": summarise(evaluations)}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"{stem}-{today}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    for setting, entry in result["settings"].items():
+        where = "" if setting == "None" else f" ({setting})"
+        print(f"{stem}{where}: {entry['policy']} {entry['mean']:.1f} ± {entry['se']:.1f} over seeds "
+              f"{', '.join(entry['seeds'])} (final policies, {args.episodes} episodes each)", file=sys.stderr)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

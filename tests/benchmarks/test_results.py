@@ -1,0 +1,23 @@
+"""``benchmarks/results.py`` at a tiny size: two seeds trained, each final policy evaluated, one dated JSON whose
+mean over seeds is the mean of the seeds' evaluated returns, the same reference rows for every seed."""
+
+import json
+
+import pytest
+
+from tests.pipelines.conftest import REPO, run_module
+
+
+def test_results_file_holds_each_final_policy_and_their_mean(tmp_path):
+    proc = run_module("benchmarks.results", "--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--seeds", "0",
+                      "1", "--episodes", "4", "--out", str(tmp_path / "results"), "--runs", str(tmp_path / "runs"),
+                      "--data.init_args.total_frames=1024", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    [written] = (tmp_path / "results").glob("cartpole_ppo-*.json")
+    assert json.loads(written.read_text()) == result and written.name == f"cartpole_ppo-{result['date']}.json"
+    entry = result["settings"]["None"]
+    returns = [row["mean_return"] for row in entry["seeds"].values()]
+    assert entry["policy"] == "ppo" and sorted(entry["seeds"]) == ["0", "1"]
+    assert entry["mean"] == pytest.approx(sum(returns) / 2) and entry["se"] >= 0
+    assert "random" in entry["references"] and result["episodes"] == 4
