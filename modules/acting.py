@@ -128,8 +128,9 @@ class Acting:
             RuntimeError: a module that records no env specs (built in Python and never shaped: see
                 :meth:`build_on`).
             NotImplementedError: a module without a step-wise policy (REINFORCE's whole plans).
-            ValueError: also ``state`` or ``episode_start`` given to a policy that carries no state, or a state of
-                another shape.
+
+        A ``state`` or ``episode_start`` given to a policy that carries no state, a state of another shape or an
+        ``episode_start`` of another length also raise ``ValueError``.
         """
         if self.env_specs is None:
             raise RuntimeError(f"{type(self).__name__} records no env specs: shape it on an env first "
@@ -175,5 +176,8 @@ def _carried_input(states: dict, state: dict | None, episode_start: object, batc
                              f"{list(batch) if batched else 'one sample'}")
         carried = given.to_dict()
     start = torch.as_tensor(state is None if episode_start is None else episode_start, device=device)
+    if start.numel() not in (1, batch.numel()):
+        raise ValueError(f"episode_start holds {start.numel()} values for {batch.numel()} observations (one each, "
+                         f"or one for all)")
     carried["is_init"] = start.to(torch.bool).reshape(-1, 1).expand(*batch, 1).clone()
     return carried

@@ -125,6 +125,8 @@ def test_the_config_runs_evaluates_and_exports_its_steps(tmp_path, capsys):
     table = evaluate(["--ckpt_path", str(last), "--episodes", "4", "--num_envs", "4"])
     assert set(table) == {"ppo", "random"} and table["ppo"]["mean_return"] >= 8
     loaded = RLModule.load_from_checkpoint(last)
+    with pytest.raises(ValueError, match="episode_start holds 3 values for 2 observations"):
+        loaded.predict(torch.zeros(2, 4), episode_start=[True, False, True])
     with pytest.raises(ValueError, match="state is for a batch of"):
         loaded.predict(torch.zeros(2, 4), state={k: torch.zeros(3, 1, 16) for k in
                                                  ("actor_hidden", "actor_cell", "critic_hidden", "critic_cell")})
