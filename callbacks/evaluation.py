@@ -138,7 +138,7 @@ class PolicyEvaluation(L.Callback):
     def _evaluate_and_keep_best(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._evaluated_at = pl_module.collected_frames
         metrics = self.evaluate(trainer, pl_module)
-        if not self.save_best or trainer.fast_dev_run:  # (Lightning's fast_dev_run writes nothing)
+        if not self.save_best or getattr(trainer, "fast_dev_run", False):  # (Lightning's fast_dev_run writes nothing)
             return
         value = trainer.strategy.broadcast(metrics.get(self.best_metric), src=0)  # rank 0 evaluated
         if value is not None and value > self.best:

@@ -17,7 +17,27 @@ from modules.policy import Action, FixedExplorationPolicy, Observation, exportab
 
 class Acting:
     """The acting methods :class:`modules.base.RLModule` has from here (a mixin before ``LightningModule``): they
-    read its :attr:`collector_policy`, ``env_specs`` and ``device``."""
+    read its :attr:`collector_policy`, ``env_specs`` and ``device``.
+
+    What :meth:`predict` takes: ``observation`` is the env's observation as the run's TorchRL env hands it to the
+    collector, per sample:
+
+    * one entry (gymnasium envs: ``observation``): a numpy array or a tensor of the per-sample shape (CartPole
+      ``[4]`` float32, Pendulum ``[3]``), or a batch ``[N, ...]`` of them. For gymnasium's classic-control and
+      toy-text envs that is gymnasium's own observation, so ``module.predict(obs)`` plays ``gym.make(env_id)``.
+    * several entries: a dict (or TensorDict) of them, e.g. DVRP's ``customers`` ``[N, F]``, ``request``
+      ``[F]``, ``vehicles`` ``[M, 3]``, ``depot`` ``[2]``, ``offers`` ``[A, F_o]`` float32 and ``action_mask``
+      ``[A]`` bool (``envs.dvrp.DVRPEnv``), or the robot vacuum's ``observation`` ``[R, F]``, ``agent_id``
+      ``[R, R]`` and ``action_mask`` ``[R, 5]`` for its R robots; other entries (``episode_reward``, ``done``)
+      are ignored, so a TensorDict from ``env.reset()`` / ``env.step`` can be passed as it is.
+
+    The keys, per-sample shapes and dtypes are the recorded env specs' (:attr:`env_specs`, in the checkpoint);
+    an entry of another numeric dtype is cast (an integer or bool array to float32; a float where integers or
+    booleans are expected is refused). What the env computes is part of its observation and is not redone
+    here: the emulated games' (``envs.games``) grayscale, resize and frame stack (``pixels`` ``[4, 84, 84]``
+    uint8, not the raw screen), the DVRP env's flexibility features (from the env's learned model). None of this
+    project's envs normalises observations outside the networks (pixels are scaled to [0, 1] inside the CNN; PPO's
+    running observation normalisation, ``normalize_observation``, is the module's and applies here too)."""
 
     @property
     @abstractmethod
@@ -82,27 +102,8 @@ class Acting:
         ``action = module.predict(obs)``; for a recurrent policy (an LSTM's) also the states it carries, as
         sb3-contrib's: ``action, state = module.predict(obs, state=state, episode_start=done)``.
 
-        ``observation`` is the env's observation as the run's TorchRL env hands it to the collector, per sample:
-
-        * one entry (gymnasium envs: ``observation``): a numpy array or a tensor of the per-sample shape (CartPole
-          ``[4]`` float32, Pendulum ``[3]``), or a batch ``[N, ...]`` of them. For gymnasium's classic-control and
-          toy-text envs that is gymnasium's own observation, so ``module.predict(obs)`` plays ``gym.make(env_id)``.
-        * several entries: a dict (or TensorDict) of them, e.g. DVRP's ``customers`` ``[N, F]``, ``request``
-          ``[F]``, ``vehicles`` ``[M, 3]``, ``depot`` ``[2]``, ``offers`` ``[A, F_o]`` float32 and ``action_mask``
-          ``[A]`` bool (``envs.dvrp.DVRPEnv``), or the robot vacuum's ``observation`` ``[R, F]``, ``agent_id``
-          ``[R, R]`` and ``action_mask`` ``[R, 5]`` for its R robots; other entries (``episode_reward``, ``done``)
-          are ignored, so a TensorDict from ``env.reset()`` / ``env.step`` can be passed as it is.
-
-        The keys, per-sample shapes and dtypes are the recorded env specs' (:attr:`env_specs`, in the checkpoint);
-        an entry of another numeric dtype is cast (an integer or bool array to float32; a float where integers or
-        booleans are expected is refused). What the env computes is part of its observation and is not redone
-        here: the emulated games' (``envs.games``) grayscale, resize and frame stack (``pixels`` ``[4, 84, 84]``
-        uint8, not the raw screen), the DVRP env's flexibility features (from the env's learned model). None of this
-        project's envs normalises observations outside the networks (pixels are scaled to [0, 1] inside the CNN; PPO's
-        running observation normalisation, ``normalize_observation``, is the module's and applies here too).
-
         Args:
-            observation: as above; one observation, or a batch with a leading batch dim ``N``.
+            observation: the env's observation (see the class docstring); one, or a batch ``[N, ...]``.
             deterministic: the evaluation policy (greedy, the mode, SAC's squashed mean); False: the collector's
                 exploration (:meth:`torchrl_policy`): DQN's epsilon-greedy at the module's current epsilon (the
                 one the checkpoint was saved with, ``module.epsilon()``; ``module.set_epsilon(e)`` sets another),
