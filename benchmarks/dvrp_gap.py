@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -37,6 +36,7 @@ import torch
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.dvrp_router import mean_se  # noqa: E402
 from envs.dvrp import DVRPConfig  # noqa: E402
 from envs.dvrp.hindsight import solve_days  # noqa: E402
 from envs.dvrp.reference import solve_with_pyvrp  # noqa: E402
@@ -54,11 +54,6 @@ def payment(config_path: str) -> dict:
     with open(config_path) as f:
         env = yaml.safe_load(f)["data"]["init_args"]["env"]["init_args"]
     return {key: env[key] for key in PAYMENT_KEYS if key in env}
-
-
-def _paired(values: torch.Tensor) -> tuple[float, float]:
-    se = float(values.std() / math.sqrt(len(values))) if len(values) > 1 else 0.0
-    return float(values.mean()), se
 
 
 def _resolved(plans: list[dict], returns: torch.Tensor, seconds: float) -> torch.Tensor:
@@ -109,19 +104,19 @@ def main() -> None:
         returns[rule]["windows"] = _windows(result["days"], result["plans"], local, args.resolve_seconds, args.workers)
     hindsight = configs["local_search"].hindsight(days, args.hindsight_seconds, args.workers)["episode_return"]
     scale = 100.0 / hindsight.abs().clamp_min(1e-9)
-    table: dict = {"hindsight": {"return": _paired(hindsight)}}
+    table: dict = {"hindsight": {"return": mean_se(hindsight)}}
     for rule in args.rules:
         returns[rule]["hindsight"] = hindsight
-        rows = {step: {"return": _paired(returns[rule][step]), "gap_pct": _paired((hindsight - returns[rule][step])
+        rows = {step: {"return": mean_se(returns[rule][step]), "gap_pct": mean_se((hindsight - returns[rule][step])
                                                                                     * scale)} for step in STEPS}
-        parts = {f"{a}->{b}": _paired((returns[rule][b] - returns[rule][a]) * scale)
+        parts = {f"{a}->{b}": mean_se((returns[rule][b] - returns[rule][a]) * scale)
                  for a, b in zip(STEPS, STEPS[1:], strict=False)}
         table[rule] = {"steps": rows, "parts_points": parts}
         for step in STEPS:
             (mean, se), (gap, gap_se) = rows[step]["return"], rows[step]["gap_pct"]
             print(f"{rule:12s} {step:13s} {mean:9.1f} ± {se:5.1f}   gap {gap:6.2f} ± {gap_se:4.2f}%", file=sys.stderr)
     if {"clairvoyant", "informed"} <= set(args.rules):
-        table["types_points"] = {step: _paired((returns["clairvoyant"][step] - returns["informed"][step]) * scale)
+        table["types_points"] = {step: mean_se((returns["clairvoyant"][step] - returns["informed"][step]) * scale)
                                  for step in STEPS[:-1]}
     print(json.dumps(rounded({"episodes": args.episodes, "seed": args.seed, "config": common, "payment": paid,
                               "resolve_seconds": args.resolve_seconds, "hindsight_seconds": args.hindsight_seconds,

@@ -33,7 +33,7 @@ SETTINGS = {"improved": {"improve_every": 1, "improve_passes": 1, "cutoff_sweeps
             "improved+ruins": {"improve_every": 1, "improve_passes": 2, "cutoff_sweeps": 4, "cutoff_ruins": 30}}
 
 
-def _mean_se(values: torch.Tensor) -> tuple[float, float]:
+def mean_se(values: torch.Tensor) -> tuple[float, float]:
     return float(values.mean()), float(values.std() / math.sqrt(len(values))) if len(values) > 1 else float("nan")
 
 
@@ -58,8 +58,8 @@ def main() -> None:
             seconds = time.perf_counter() - start
             returns = result["episode_return"]
             reference.setdefault(rule, returns)
-            mean, se = _mean_se(returns)
-            gain, gain_se = _mean_se(returns - reference[rule])
+            mean, se = mean_se(returns)
+            gain, gain_se = mean_se(returns - reference[rule])
             table[name][rule] = {"return": mean, "return_se": se, "vs_insertion": gain, "vs_insertion_se": gain_se,
                                  "served": float(result["served"].mean()),
                                  "plan_cost_km": float(result["plan_cost_km"].mean()), "seconds": seconds}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import glob
 import json
 import math
 import os
@@ -26,6 +25,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from pipelines.seeds import last_checkpoint  # noqa: E402
 
 
 def _run(*args: str) -> str:
@@ -81,11 +82,10 @@ def main() -> None:
          str(args.parallel), "--out", runs, *overrides)
     evaluations = {}
     for seed in args.seeds:
-        found = sorted(glob.glob(os.path.join(glob.escape(runs), f"seed_{seed}", "runs", "*", "version_*",
-                                              "checkpoints", "last.ckpt")), key=os.path.getmtime)
-        if not found:
+        found = last_checkpoint(os.path.join(runs, f"seed_{seed}"))
+        if found is None:
             raise SystemExit(f"error: seed {seed} wrote no last.ckpt under {runs}")
-        line = _run("pipelines.evaluate", "--ckpt_path", found[-1], "--episodes", str(args.episodes))
+        line = _run("pipelines.evaluate", "--ckpt_path", found, "--episodes", str(args.episodes))
         evaluations[seed] = json.loads(line.strip().splitlines()[-1])
     today = datetime.date.today().isoformat()
     result = {"config": os.path.relpath(os.path.abspath(args.config), ROOT), "date": today,

@@ -136,15 +136,22 @@ def run_seeds(configs: list[str], seeds: list[int], out: str, parallel: int, ove
     return folders
 
 
-def reached(folder: str, total_frames: object) -> bool:
-    """Whether the run in a seed's ``folder`` trained ``total_frames`` frames: its newest ``last.ckpt``
-    (``runs/<name>/version_<k>/checkpoints/``, read as plain data) records as many collected frames."""
+def last_checkpoint(folder: str) -> str | None:
+    """The newest ``last.ckpt`` of the run in a seed's ``folder`` (``runs/<name>/version_<k>/checkpoints/``), or
+    None."""
     paths = sorted(glob.glob(os.path.join(glob.escape(folder), "runs", "*", "version_*", "checkpoints", "last.ckpt")),
                    key=os.path.getmtime)
-    if not isinstance(total_frames, int) or not paths:
+    return paths[-1] if paths else None
+
+
+def reached(folder: str, total_frames: object) -> bool:
+    """Whether the run in a seed's ``folder`` trained ``total_frames`` frames: its :func:`last_checkpoint` (read as
+    plain data) records as many collected frames."""
+    path = last_checkpoint(folder)
+    if not isinstance(total_frames, int) or path is None:
         return False
     try:
-        state = read_checkpoint(paths[-1], "checkpoint").get("rl_state") or {}
+        state = read_checkpoint(path, "checkpoint").get("rl_state") or {}
     except (ValueError, AttributeError):
         return False
     frames = state.get("collected_frames")
