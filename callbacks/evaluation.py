@@ -31,7 +31,10 @@ class PolicyEvaluation(L.Callback):
     as the image ``eval/routes``; envs that can draw a game (``render_game``, the hockey env) log a frame
     strip of row 0's first game as ``eval[/<name>]/game``; with ``video_frames``, envs that draw themselves
     (``render_frame``: hockey, vacuum, DVRP, gymnasium envs with ``render_mode: rgb_array``) log row 0's first
-    frames as a clip, ``eval[/<name>]/video`` (an animated GIF in TensorBoard's Images tab). Runs on global rank 0
+    frames as a clip, ``eval[/<name>]/video`` (an animated GIF in TensorBoard's Images tab). With two or more
+    episodes it also logs the return's standard error over them, ``eval[/<name>]/episode_return_se``. These are
+    validation episodes (``seed`` 1,000,000 by default, what ``save_best`` chooses on); ``pipelines.evaluate``
+    plays held-out ones (seed 10,000,000). Runs on global rank 0
     only; its schedule is in the checkpoint. The end of training evaluates once more unless the schedule just did
     at the same frame count.
 
@@ -207,6 +210,9 @@ class PolicyEvaluation(L.Callback):
         results = play_episodes(env, pl_module.collector_policy, 1, self.max_steps, on_step=draw_row0,
                                 stochastic=stochastic, sample_seed=self.seed)
         metrics = {key: value.mean().item() for key, value in results.items()}
+        returns = results.get("episode_return")
+        if returns is not None and returns.numel() > 1:  # its standard error over the episodes
+            metrics["episode_return_se"] = (returns.double().std() / math.sqrt(returns.numel())).item()
         for logger in pl_module.loggers:
             if not hasattr(logger.experiment, "add_image"):
                 continue

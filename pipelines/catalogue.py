@@ -71,10 +71,21 @@ def catalogue() -> str:
         lines.append(f"{key}:")
         lines.extend(f"  {class_path(c)}: {summary_line(c)}" for c in classes)
     configs = [p for p in sorted(glob.glob(os.path.join(CONFIGS, "*.yaml"))) if os.path.basename(p) != "defaults.yaml"]
-    if configs:
-        lines.append("configs (--config; each read after configs/defaults.yaml, the trainer block they share):")
-        for path in configs:
-            with open(path) as f:
-                first = f.readline().strip()
-            lines.append(f"  configs/{os.path.basename(path)}: {first.lstrip('# ') if first.startswith('#') else ''}")
+    parts = sorted(glob.glob(os.path.join(CONFIGS, "envs", "*.yaml"))) + sorted(
+        glob.glob(os.path.join(CONFIGS, "algos", "*.yaml")))
+    for heading, paths in (("configs (--config; each read after configs/defaults.yaml, the trainer block they share):",
+                            configs),
+                           ("config parts (an env part and an algorithm part: --config configs/envs/<env>.yaml "
+                            "--config configs/algos/<algo>.yaml):", parts)):
+        if paths:
+            lines.append(heading)
+            lines.extend(f"  {os.path.relpath(path, os.path.dirname(CONFIGS))}: {_first_comment(path)}"
+                         for path in paths)
     return "\n".join(lines)
+
+
+def _first_comment(path: str) -> str:
+    """A config's first line, without its ``#``, or "" when it is not a comment."""
+    with open(path) as f:
+        first = f.readline().strip()
+    return first.lstrip("# ") if first.startswith("#") else ""

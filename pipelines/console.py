@@ -95,8 +95,14 @@ def run_summary(trainer, model, started: float) -> str:
             iter(returns), next(k for k in evaluations[-1] if k != "frames"))
         final = evaluations[-1]
         best = max((e for e in evaluations if metric in e), key=lambda e: e[metric])
-        lines.append(f"evaluation {metric}: final {final[metric]:.3f} at {int(final['frames']):,} frames; best "
-                     f"{best[metric]:.3f} at {int(best['frames']):,} frames")
+        se = final.get(f"{metric}_se")
+        evaluator = next((c for c in trainer.callbacks if isinstance(getattr(c, "history", None), list)
+                          and isinstance(getattr(c, "num_envs", None), int)), None)
+        episodes = (f" ({evaluator.num_envs} validation episodes, seed {evaluator.seed:,}; held-out ones: "
+                    f"pipelines.evaluate)") if evaluator is not None else ""
+        lines.append(f"evaluation {metric}: final {final[metric]:.3f}" + (f" ± {se:.3f}" if se is not None else "")
+                     + f" at {int(final['frames']):,} frames; best {best[metric]:.3f} at {int(best['frames']):,} "
+                     f"frames{episodes}")
     paths = []
     for callback in trainer.callbacks:
         for name in ("last_model_path", "best_path"):

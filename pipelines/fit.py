@@ -62,6 +62,7 @@ from pipelines.parser import FitArgumentParser, config_error, config_exit  # noq
 from pipelines.run_config import (  # noqa: E402
     add_default_callbacks,
     frames_budget,
+    name_run,
     place_outputs,
     resume_in_place,
     share_seed,
@@ -135,6 +136,7 @@ class FitCLI(LightningCLI):
         add_default_callbacks(self.config.trainer)
         share_seed(self.config)
         try:
+            name_run(self.config)
             place_outputs(self.config.trainer)
             frames_budget(self.config.trainer)
             check_env_ids(self.config)

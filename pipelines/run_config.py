@@ -77,6 +77,32 @@ def share_seed(config: Namespace) -> None:
             args.seed = int(seed)
 
 
+LIGHTNING_DEFAULT_NAME = "lightning_logs"  # the name Lightning's TensorBoard and CSV loggers get when none is given
+
+
+def name_run(config: Namespace) -> None:
+    """A logger left at Lightning's default name (``lightning_logs``) is named after the run's config files: their
+    stems joined by ``_``, so ``--config configs/envs/cartpole.yaml --config configs/algos/dqn.yaml`` writes
+    ``runs/cartpole_dqn/version_<k>`` (a config that names its run, ``logger: {init_args: {name: ...}}``, keeps it)."""
+    stems = [os.path.splitext(os.path.basename(str(path)))[0] for path in config.get("config") or []]
+    loggers = config.trainer.get("logger")
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        args = logger.get("init_args") if isinstance(logger, Namespace) else None
+        if stems and isinstance(args, Namespace) and args.get("name") == LIGHTNING_DEFAULT_NAME:
+            args.name = "_".join(stems)
+
+
+def in_folder(config: dict, folder: str) -> dict[str, object]:
+    """The settings (dotted keys) that make a study's run (``pipelines.seeds``, ``pipelines.tune``) of the resolved
+    ``config`` write straight into ``folder``: a config with one logger gets it placed there with no name of its own
+    (``<folder>/version_<k>/``, the next ``k`` for a rerun), one without a logger (or with several) gets
+    ``trainer.default_root_dir`` (``<folder>/checkpoints/``; several loggers each under their own name)."""
+    logger = (config.get("trainer") or {}).get("logger")
+    if isinstance(logger, dict) and isinstance(logger.get("init_args"), dict):
+        return {"trainer.logger.init_args.save_dir": folder, "trainer.logger.init_args.name": ""}
+    return {"trainer.default_root_dir": folder}
+
+
 def place_outputs(trainer: Namespace) -> None:
     """Keep every output of the run under one root: a logger's relative ``save_dir`` is taken inside
     ``trainer.default_root_dir`` when that is given (else the working directory, as Lightning does), ``~`` and

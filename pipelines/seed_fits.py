@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Any
 
+from pipelines.run_config import in_folder
 from pipelines.settings import write_settings
 from pipelines.stop_signals import PARENT_ENV
 from pipelines.threads import side_by_side_env
@@ -30,11 +31,13 @@ class Stopped(Exception):
         self.signum = signum
 
 
-def fit_command(configs: list[str], seed: int, folder: str, overrides: list[str]) -> list[str]:
+def fit_command(configs: list[str], seed: int, folder: str, overrides: list[str], settings: dict) -> list[str]:
     """The command line of seed ``seed``'s fit: ``pipelines.fit`` on ``configs`` and ``overrides`` with
-    ``--seed_everything=<seed>`` in ``folder`` (``trainer.default_root_dir``)."""
+    ``--seed_everything=<seed>``, written straight into ``folder`` (:func:`pipelines.run_config.in_folder` of the
+    resolved ``settings``)."""
+    placed = [f"--{key}={value}" for key, value in in_folder(settings, folder).items()]
     return [sys.executable, "-m", "pipelines.fit", *(a for c in configs for a in ("--config", c)),
-            f"--seed_everything={seed}", f"--trainer.default_root_dir={folder}", *overrides]
+            f"--seed_everything={seed}", *placed, *overrides]
 
 
 class Fits:
@@ -68,7 +71,7 @@ class Fits:
         write_settings(folder, self.settings)
         log = open(os.path.join(folder, "fit.log"), "w")
         env = {**(self.env or os.environ), PARENT_ENV: str(os.getpid())}  # (it dies with this process)
-        proc = subprocess.Popen(fit_command(self.configs, seed, folder, self.overrides), stdout=log,
+        proc = subprocess.Popen(fit_command(self.configs, seed, folder, self.overrides, self.settings), stdout=log,
                                 stderr=subprocess.STDOUT, env=env, process_group=0)
         self.running[seed] = (proc, log)
         print(f"seed {seed}: running in {folder}", file=sys.stderr, flush=True)

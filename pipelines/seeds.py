@@ -4,13 +4,14 @@
         [--metric eval/episode_return] [fit overrides, e.g. --data.init_args.total_frames=100000]
 
 Seed S is ``pipelines.fit --config ... --seed_everything=S`` (one seed seeds the whole run:
-:func:`pipelines.run_config.share_seed`) in its own folder ``DIR/seed_<S>`` (default ``DIR``:
-``runs/seeds/<config stem>``), its console output in ``DIR/seed_<S>/fit.log``; ``--parallel N`` runs N at once (each
-with the config's ``num_threads``, its idle threads sleeping at once: :func:`pipelines.threads.side_by_side_env`).
-Then the summary, from each run's TensorBoard files: the final and the best value of ``--metric`` (default
-``eval/episode_return``, else ``rollout/episode_return`` where a run has no evaluations) per seed, their mean ±
-standard error over seeds, and ``DIR/curves.png``, the metric against collected frames for every seed and their
-mean. The last stdout line is one JSON object (also written to ``DIR/summary.json``).
+:func:`pipelines.run_config.share_seed`) in its own folder ``DIR/seed_<S>`` (the run in ``DIR/seed_<S>/version_0/``:
+:func:`pipelines.run_config.in_folder`; default ``DIR``: ``runs/seeds/<config stem>``), its console output in
+``DIR/seed_<S>/fit.log``; ``--parallel N`` runs N at once (each with the config's ``num_threads``, its idle threads
+sleeping at once: :func:`pipelines.threads.side_by_side_env`). Then the summary, from each run's TensorBoard files:
+the final and the best value of ``--metric`` (default ``eval/episode_return``, else ``rollout/episode_return`` where
+a run has no evaluations) per seed, their mean ± standard error over seeds, and ``DIR/curves.png``, the metric
+against collected frames for every seed and their mean. The last stdout line is one JSON object (also written to
+``DIR/summary.json``).
 
 A seed whose folder holds a finished run (``DIR/seed_<S>/finished``) is read, not run again, so a study can be
 extended with more seeds or continued after an interruption, but only under the same settings: each seed's folder and
@@ -137,9 +138,9 @@ def run_seeds(configs: list[str], seeds: list[int], out: str, parallel: int, ove
 
 
 def last_checkpoint(folder: str) -> str | None:
-    """The newest ``last.ckpt`` of the run in a seed's ``folder`` (``runs/<name>/version_<k>/checkpoints/``), or
-    None."""
-    paths = sorted(glob.glob(os.path.join(glob.escape(folder), "runs", "*", "version_*", "checkpoints", "last.ckpt")),
+    """The newest ``last.ckpt`` of the run in a seed's ``folder`` (``version_<k>/checkpoints/``; any depth, as
+    older studies wrote ``runs/<name>/version_<k>/checkpoints/``), or None."""
+    paths = sorted(glob.glob(os.path.join(glob.escape(folder), "**", "checkpoints", "last.ckpt"), recursive=True),
                    key=os.path.getmtime)
     return paths[-1] if paths else None
 

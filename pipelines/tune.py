@@ -10,10 +10,11 @@ frames) and the parameters: dotted config keys (``model.init_args.lr``; ``traine
 for a list entry) with ``{type: float|int, low, high[, log][, step]}`` or ``{type: categorical, choices: [...]}``.
 
 Trial k trains the config with its sampled values (written as ``DIR/trial_<k>/trial.yaml``) in ``DIR/trial_<k>``
-(default ``DIR``: ``runs/tune/<config stem>``), in this process; every evaluation is reported to the trial and a trial
-the pruner stops ends there. Before anything is written, the config of a trial is parsed by ``pipelines.fit``'s parser
-with every parameter at each of its values (low and high, or each choice): a key that does not address the config, or
-a value of the wrong type, stops the command (exit status 2, one line naming the key).
+(``DIR/trial_<k>/version_0/``; default ``DIR``: ``runs/tune/<config stem>``), in this process; every evaluation is
+reported to the trial and a trial the pruner stops ends there. Before anything is written, the config of a trial is
+parsed by ``pipelines.fit``'s parser with every parameter at each of its values (low and high, or each choice): a
+key that does not address the config, or a value of the wrong type, stops the command (exit status 2, one line
+naming the key).
 
 The study is stored in ``DIR/study.db`` (SQLite): running the command again continues it up to ``--trials``
 finished trials (a trial left running by a killed process is marked failed once its heartbeat is 15 s old; one
@@ -25,9 +26,10 @@ by a signal) is marked FAIL in the study and ends the command with one line (the
 the fit refused, 130 / 143 after SIGINT / SIGTERM, else 1; an unexpected error's traceback is in
 ``DIR/trial_<k>/error.log``); the same command then continues the study with a new trial. At the end the best
 trial's config is written to ``DIR/best.yaml``: the ``trial.yaml`` that trial ran, unchanged under a comment line
-(run it with ``pipelines.fit --config DIR/best.yaml``; its ``trainer.default_root_dir`` is the trial's folder, where
-the run takes the next ``version_<k>``), and a table of the trials is printed; the last stdout line is one JSON
-object ``{"best_value", "best_params", "best_config", "trials": [...]}``.
+(run it with ``pipelines.fit --config DIR/best.yaml``; it writes into the trial's folder, as the trial did
+(:func:`pipelines.run_config.in_folder`), where the run takes the next ``version_<k>``), and a table of the trials
+is printed; the last stdout line is one JSON object ``{"best_value", "best_params", "best_config", "trials":
+[...]}``.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ import yaml  # noqa: E402
 
 from callbacks.evaluation import evaluations  # noqa: E402
 from pipelines.console import rounded  # noqa: E402
-from pipelines.run_config import CommandParser, parse_with_fit_keys  # noqa: E402
+from pipelines.run_config import CommandParser, in_folder, parse_with_fit_keys  # noqa: E402
 from pipelines.search_space import check_trials, merged_config, read_search, sample  # noqa: E402
 from pipelines.study import QuietFailures, TrialFailed, TrialPruning, make_pruner, make_sampler, open_study  # noqa: E402
 
@@ -99,8 +101,8 @@ def run_trial(trial, configs: list[str], overrides: list[str], search: dict, out
 
     values = sample(trial, search["parameters"])
     folder = os.path.join(out, f"trial_{trial.number}")
-    text = yaml.safe_dump(merged_config(configs, overrides, {**values, "trainer.default_root_dir": folder}),
-                          sort_keys=False)
+    config = merged_config(configs, overrides, values)
+    text = yaml.safe_dump(merged_config(configs, overrides, {**values, **in_folder(config, folder)}), sort_keys=False)
     trial.set_user_attr("config", text)  # what best.yaml is made of
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "trial.yaml")

@@ -1,7 +1,7 @@
 """Every benchmark script runs to its JSON line at a tiny size, so none rots unseen (their figures are measured at full
 size by hand; see ``docs/benchmarks.md``). ``benchmarks/fit_timing.py`` runs inside ``vacuum_throughput``'s fit; the
 scripts with tests of their own (``dvrp_router``, ``dvrp_gap``, ``dvrp_fleets``, ``gpu_path``, ``peer_sb3``,
-``results``, ``scale_out``) are not repeated here."""
+``results``, ``scale_out``; ``dvrp_sizes`` in ``tests/pipelines/test_evaluate.py``) are not repeated here."""
 
 from __future__ import annotations
 
@@ -53,3 +53,10 @@ def test_the_oracle_quality_script_runs_on_an_untrained_routing_policy(tmp_path)
                         "--augment", "1", "--warm_steps", "1", "--timed_steps", "1",
                         "--data_dir", str(tmp_path / "no_data"))
     assert "speed" in result
+
+
+def test_the_soak_script_compares_a_run_with_itself(tmp_path):
+    """``benchmarks.soak`` at a tiny size and no kill (the kill interval outlasts the run): the soaked run is the
+    reference run again, so the two end identical and their TensorBoard steps match."""
+    result = _last_json("soak", "--total_frames", "960", "--kill_every_s", "300", "--out", str(tmp_path))
+    assert result["kills"] == 0 and result["identical"], result["mismatched"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -251,7 +252,10 @@ def test_a_run_ends_with_its_summary_and_no_library_noise(smoke_run):
     summary = out[out.index("run folder: "):]
     assert f"run folder: {smoke_run['dir']}\n" in summary
     assert "frames: 1,920 in " in summary
-    assert "evaluation eval/episode_return: final " in summary
+    line = next(x for x in summary.splitlines() if x.startswith("evaluation "))
+    assert re.fullmatch(r"evaluation eval/episode_return: final -?[\d.]+ ± [\d.]+ at [\d,]+ frames; best -?[\d.]+ at "
+                        r"[\d,]+ frames \(\d+ validation episodes, seed [\d,]+; held-out ones: pipelines.evaluate\)",
+                        line), line
     assert f"checkpoints: {smoke_run['dir'] / 'checkpoints' / 'last.ckpt'}" in summary
 
 

@@ -39,7 +39,10 @@ def test_two_seeds_run_and_are_summarised(tmp_path):
         finals[seed] = values[-1]
         assert summary["seeds"][str(seed)]["final"] == pytest.approx(values[-1])
         assert summary["seeds"][str(seed)]["frames"] == 1024
-        config = next((out / f"seed_{seed}").rglob("config.yaml")).read_text()
+        run = out / f"seed_{seed}" / "version_0"  # the run straight in the seed's folder, not nested again
+        assert (run / "checkpoints" / "last.ckpt").is_file() and seeds.last_checkpoint(str(run.parent)) == str(
+            run / "checkpoints" / "last.ckpt")
+        config = (run / "config.yaml").read_text()
         assert f"seed_everything: {seed}" in config and f"seed: {seed}" in config
     assert summary["mean"] == pytest.approx((finals[1] + finals[2]) / 2)
     image = matplotlib.image.imread(out / "curves.png")
@@ -186,7 +189,7 @@ def test_a_signal_waits_for_the_fits_and_keeps_the_finished_ones(tmp_path, monke
     monkeypatch.setattr(seed_fits, "STOP_WAIT_S", 4.0)
     sleeps = {1: 1.5, 2: 600.0}
 
-    def stand_in(configs, seed, folder, overrides):
+    def stand_in(configs, seed, folder, overrides, settings):
         code = (f"import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                 f"signal.signal(signal.SIGINT, signal.SIG_IGN); "
                 f"open(os.path.join({folder!r}, 'ready'), 'w').write(str(os.getpid())); time.sleep({sleeps[seed]})")

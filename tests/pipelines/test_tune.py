@@ -50,6 +50,8 @@ def test_a_tiny_study_finds_the_better_config_and_resumes(tmp_path):
     printed = run_module("pipelines.fit", "--config", str(out / "best.yaml"), "--print_config", timeout=120)
     assert printed.returncode == 0, printed.stderr[-2000:]
     assert yaml.safe_load(printed.stdout)["model"]["init_args"]["lr"] == 3.0e-3
+    assert sorted(p.name for p in (out / f"trial_{number}").iterdir() if p.is_dir()) == ["version_0"]  # not nested
+    assert (out / f"trial_{number}" / "version_0" / "checkpoints" / "last.ckpt").is_file()
     # continuing the study under other overrides and another search space: refused before anything is written
     best_written = (out / "best.yaml").stat().st_mtime_ns
     other = _search(tmp_path, parameters={"model.init_args.lr": {"type": "categorical", "choices": [1.0e-7, 1.0e-3]}})
