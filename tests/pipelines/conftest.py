@@ -12,6 +12,8 @@ import lightning as L
 import pytest
 import yaml
 
+from tests.warm_python import run_warm
+
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = str(REPO / "configs" / "dvrp_smoke.yaml")
 
@@ -46,10 +48,19 @@ def hockey_dqn_config(tmp_path: Path, callbacks: list[dict]) -> str:
     return str(path)
 
 
-def run_module(module: str, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m module args`` from the repo root; returns the completed process (text output)."""
+def run_module(module: str, *args: str, timeout: int = 600, env: dict | None = None,
+               fresh: bool = False) -> subprocess.CompletedProcess:
+    """Run ``python -m module args`` from the repo root; returns the completed process (text output). It runs in a
+    child of a warm interpreter (:mod:`tests.warm_python`: torch and Lightning imported once), or with ``fresh``
+    in a new interpreter (a test of start-up, or of the environment at import time).
+
+    Raises:
+        subprocess.TimeoutExpired: it ran past ``timeout`` seconds.
+    """
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)  # (keep the caller's)
     full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
+    if not fresh:
+        return run_warm(module, list(args), str(REPO), full_env, timeout)
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env=full_env)
 

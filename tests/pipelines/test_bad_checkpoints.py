@@ -14,14 +14,15 @@ import torch
 
 from pipelines.checkpoints import CONFIG_KEY
 from tests.pipelines.conftest import REPO, SMOKE
+from tests.warm_python import run_python
 
 CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
 
 
 def _fit(cwd, config: str, ckpt: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.fit", "--config", config, "--ckpt_path", ckpt],
-                          cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    return run_python([sys.executable, "-m", "pipelines.fit", "--config", config, "--ckpt_path", ckpt],
+                      cwd=cwd, capture_output=True, text=True, timeout=300,
+                      env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 @pytest.mark.parametrize("case,message", [
@@ -64,11 +65,11 @@ def test_bad_checkpoint_exits_2_naming_the_file(smoke_run, tmp_path, case, messa
 def test_same_model_with_other_networks_or_env_is_named(smoke_run, tmp_path, override, message):
     """A checkpoint of the config's own model class trained with other networks or another env: the first key
     that differs, with both values, exit 2, nothing written (the checkpoint records its config)."""
-    run = subprocess.run([sys.executable, "-m", "pipelines.fit", "--config", SMOKE, "--ckpt_path", smoke_run["last"],
-                          override, "--data.init_args.collector.frames_per_batch=320",
-                          "--model.init_args.mini_batch_size=160"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    run = run_python([sys.executable, "-m", "pipelines.fit", "--config", SMOKE, "--ckpt_path", smoke_run["last"],
+                      override, "--data.init_args.collector.frames_per_batch=320",
+                      "--model.init_args.mini_batch_size=160"],
+                     cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                     env={**os.environ, "PYTHONPATH": str(REPO)})
     assert run.returncode == 2, run.stderr[-2000:]
     errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in run.stderr and re.search(message, errors[0]), run.stderr[-2000:]
@@ -81,9 +82,9 @@ def test_evaluate_names_a_bad_checkpoint(smoke_run, tmp_path):
     for ckpt, args, message in ((tmp_path / "random.ckpt", [], "random.ckpt' is not a readable checkpoint"),
                                 (smoke_run["last"], ["--model.init_args.network.init_args.embed_dim=8"],
                                  "embed_dim=32 there, 8 in this config")):
-        run = subprocess.run([sys.executable, "-m", "pipelines.evaluate", "--config", SMOKE, "--ckpt_path", str(ckpt),
-                              "--episodes", "2", *args], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "PYTHONPATH": str(REPO)})
+        run = run_python([sys.executable, "-m", "pipelines.evaluate", "--config", SMOKE, "--ckpt_path", str(ckpt),
+                          "--episodes", "2", *args], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
         assert run.returncode == 2 and "Traceback" not in run.stderr and message in run.stderr, run.stderr[-2000:]
 
 
@@ -94,11 +95,11 @@ def test_checkpoint_without_config_record_and_other_networks_is_named(smoke_run,
     del checkpoint[CONFIG_KEY]
     old = tmp_path / "old.ckpt"
     torch.save(checkpoint, old)
-    run = subprocess.run([sys.executable, "-m", "pipelines.fit", "--config", SMOKE, "--ckpt_path", str(old),
-                          "--model.init_args.network.init_args.embed_dim=8", "--trainer.logger=false",
-                          "--data.init_args.total_frames=3840",  # (more than it trained: a continuation)
-                          "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    run = run_python([sys.executable, "-m", "pipelines.fit", "--config", SMOKE, "--ckpt_path", str(old),
+                      "--model.init_args.network.init_args.embed_dim=8", "--trainer.logger=false",
+                      "--data.init_args.total_frames=3840",  # (more than it trained: a continuation)
+                      "--trainer.callbacks=[]", "--trainer.enable_checkpointing=false"],
+                     cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                     env={**os.environ, "PYTHONPATH": str(REPO)})
     assert run.returncode == 2, run.stderr[-2000:]
     assert "Traceback" not in run.stderr and "its weights do not fit this config's networks" in run.stderr

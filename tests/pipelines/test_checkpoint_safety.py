@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -15,6 +14,7 @@ import torch
 from pipelines.evaluate import load_run
 from pipelines.fit import main
 from tests.pipelines.conftest import REPO, SMOKE
+from tests.warm_python import run_python
 
 CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
 
@@ -72,18 +72,18 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint(tmp_path):
               "--data.init_args.replay_buffer.utd_ratio=2",
               "--model.init_args.network.init_args.hidden_dims=[32, 32]", f"--trainer.default_root_dir={tmp_path}"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    killed = subprocess.run([sys.executable, "-m", "pipelines.fit", *common, "--data.init_args.total_frames=6400",
-                             "--trainer.callbacks+=tests.pipelines.fault_probe.KillDuringSave",
-                             "--trainer.callbacks.save_number=3"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    killed = run_python([sys.executable, "-m", "pipelines.fit", *common, "--data.init_args.total_frames=6400",
+                         "--trainer.callbacks+=tests.pipelines.fault_probe.KillDuringSave",
+                         "--trainer.callbacks.save_number=3"],
+                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     folder = tmp_path / "runs" / "cartpole_dqn" / "version_0" / "checkpoints"
     assert [p.name for p in folder.glob("*.ckpt")] == ["last.ckpt"]
     last = torch.load(folder / "last.ckpt", map_location="cpu", weights_only=True)  # complete: it loads
     assert last["global_step"] == 4  # the second save's (every 2 optimiser steps); the third never replaced it
-    resumed = subprocess.run([sys.executable, "-m", "pipelines.fit", *common, "--data.init_args.total_frames=640",
-                              f"--ckpt_path={folder / 'last.ckpt'}"],
-                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    resumed = run_python([sys.executable, "-m", "pipelines.fit", *common, "--data.init_args.total_frames=640",
+                          f"--ckpt_path={folder / 'last.ckpt'}"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     end = torch.load(folder / "last.ckpt", weights_only=True)  # (the run goes on in its own folder)
     assert end["global_step"] > last["global_step"]

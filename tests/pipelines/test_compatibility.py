@@ -8,7 +8,6 @@ import json
 import os
 import random
 import re
-import subprocess
 import sys
 
 import numpy as np
@@ -24,6 +23,7 @@ from pipelines.data import CollectorOptions, OffPolicyDataModule
 from pipelines.evaluate import main as evaluate
 from pipelines.fit import main
 from tests.pipelines.conftest import REPO
+from tests.warm_python import run_python
 
 CONFIGS = REPO / "configs"
 DQN, PPO, SAC, VACUUM = (str(CONFIGS / f"{n}.yaml") for n in ("cartpole_dqn", "cartpole_ppo", "pendulum_sac", "vacuum"))
@@ -97,9 +97,9 @@ def test_a_model_that_cannot_train_on_its_env_stops_before_any_work(tmp_path, ca
 def test_the_reported_command_stops_with_one_line(tmp_path):
     """The command of the issue, as a user types it (explicit ``num_actions: 2`` of the CartPole network, Acrobot's
     three actions), in its own process: exit 2, one line on stderr, nothing written in the working directory."""
-    run = subprocess.run([sys.executable, "-m", "pipelines.fit", "--config", DQN, f"{ENV_ID}Acrobot-v1",
-                          f"{NETWORK}num_actions=2"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    run = run_python([sys.executable, "-m", "pipelines.fit", "--config", DQN, f"{ENV_ID}Acrobot-v1",
+                      f"{NETWORK}num_actions=2"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                     env={**os.environ, "PYTHONPATH": str(REPO)})
     assert run.returncode == 2, run.stderr[-2000:]
     assert [line for line in run.stderr.splitlines() if line.startswith("error:")] == [
         "error: model.init_args.network.init_args.num_actions=2 but the env (Acrobot-v1) has 3 discrete actions: "

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.pipelines.conftest import REPO, SMOKE
+from tests.warm_python import run_python
 
 
 @pytest.mark.parametrize("override,message", [
@@ -25,9 +26,9 @@ from tests.pipelines.conftest import REPO, SMOKE
 ])
 def test_rejected_value_exits_2_with_one_message(tmp_path, override, message):
     (tmp_path / "broken.txt").write_text("this is not\na solomon file\n")
-    run = subprocess.run([sys.executable, "-m", "pipelines.fit", "--config", SMOKE, override.format(tmp=tmp_path)],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    run = run_python([sys.executable, "-m", "pipelines.fit", "--config", SMOKE, override.format(tmp=tmp_path)],
+                     cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                     env={**os.environ, "PYTHONPATH": str(REPO)})
     assert run.returncode == 2, run.stderr[-2000:]
     errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in run.stderr, run.stderr[-2000:]
@@ -36,8 +37,8 @@ def test_rejected_value_exits_2_with_one_message(tmp_path, override, message):
 
 
 def _fit(cwd, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.fit", "--config", SMOKE, *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return run_python([sys.executable, "-m", "pipelines.fit", "--config", SMOKE, *args], cwd=cwd,
+                      capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def test_outputs_stay_under_default_root_dir(tmp_path):
@@ -86,8 +87,8 @@ def test_a_renamed_key_stops_with_one_line_naming_its_new_name(tmp_path):
     config = (REPO / "configs" / "cartpole_dqn.yaml").read_text().replace("annealing_frames", "decay_frames")
     assert "decay_frames" in config
     (tmp_path / "old.yaml").write_text(config)
-    run = subprocess.run([sys.executable, "-m", "pipelines.fit", "--config", str(tmp_path / "old.yaml")], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    run = run_python([sys.executable, "-m", "pipelines.fit", "--config", str(tmp_path / "old.yaml")], cwd=tmp_path,
+                     capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert run.returncode == 2, run.stderr[-2000:]
     errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in run.stderr, run.stderr[-2000:]

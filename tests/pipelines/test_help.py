@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import subprocess
 import sys
 
 import pytest
@@ -19,6 +18,7 @@ from modules.sac import SACNetworks
 from modules.td3 import TD3Networks
 from pipelines.catalogue import class_path, sections, subclasses
 from tests.pipelines.conftest import REPO, run_module
+from tests.warm_python import run_python
 
 NETWORKS = [QNetwork, MultiAgentQNetwork, *subclasses(ActorCriticNetwork), SACNetworks, TD3Networks, RoutingPolicy,
             FlexibilityModel]
@@ -70,8 +70,8 @@ def test_every_run_reads_the_shared_defaults_first(tmp_path):
     from tests.pipelines.conftest import REPO
 
     def resolved(*args: str) -> dict:
-        run = subprocess.run([sys.executable, "-m", "pipelines.fit", *args, "--print_config"], cwd=tmp_path,
-                             capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+        run = run_python([sys.executable, "-m", "pipelines.fit", *args, "--print_config"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
         assert run.returncode == 0, run.stderr[-2000:]
         return yaml.safe_load(run.stdout)["trainer"]
 

@@ -16,6 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from benchmarks.soak import compare
 from tests.pipelines.conftest import REPO, SMOKE
+from tests.warm_python import run_python
 
 CARTPOLE = str(REPO / "configs" / "cartpole_dqn.yaml")
 PENDULUM_TD3 = str(REPO / "configs" / "pendulum_td3.yaml")
@@ -41,12 +42,12 @@ SMALL_DQN = [*SMALL_REPLAY, "--model.init_args.target_update_interval=8",
 
 
 def _fit(root, config: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.fit", "--config", config,
-                           f"--trainer.default_root_dir={root}", "--trainer.enable_progress_bar=false",
-                           "--trainer.callbacks=[]", "--trainer.callbacks+=callbacks.ModelCheckpoint",
-                           "--trainer.callbacks.every_n_train_steps=20", "--trainer.callbacks.save_last=true", *args],
-                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                          timeout=300)
+    return run_python([sys.executable, "-m", "pipelines.fit", "--config", config,
+                       f"--trainer.default_root_dir={root}", "--trainer.enable_progress_bar=false",
+                       "--trainer.callbacks=[]", "--trainer.callbacks+=callbacks.ModelCheckpoint",
+                       "--trainer.callbacks.every_n_train_steps=20", "--trainer.callbacks.save_last=true", *args],
+                      cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                      timeout=300)
 
 
 def _steps(version) -> list[int]:
