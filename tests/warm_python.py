@@ -6,10 +6,10 @@ about 6 s of a 2-core machine importing those before a command starts; the suite
 
 The child is a real process of its own (its own pid, signals, exit status, file descriptors), but it is not a fresh
 interpreter: the modules the helper imported are imported already (as they are in a fit by the time it reads its
-config), environment variables read while they were imported were read in the helper's environment, and every
-child has the helper's hash seed. A test of what a fresh interpreter does (start-up, the environment at import)
-runs ``run_module(..., fresh=True)``. The helper refuses to fork once it has more threads than its imports left it
-(a fork copies one thread and whatever locks the others held): the command then runs in a fresh interpreter.
+config), environment variables read while they were imported were read in the helper's environment, and every child
+has the helper's hash seed. A test of what a fresh interpreter does (start-up, the environment at import, the import
+policy) starts its own with ``subprocess``. The helper refuses to fork once it has more threads than its imports
+left it (a fork copies one thread and whatever locks the others held): the command then runs in a fresh interpreter.
 """
 
 from __future__ import annotations

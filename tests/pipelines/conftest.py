@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import lightning as L
@@ -48,21 +47,16 @@ def hockey_dqn_config(tmp_path: Path, callbacks: list[dict]) -> str:
     return str(path)
 
 
-def run_module(module: str, *args: str, timeout: int = 600, env: dict | None = None,
-               fresh: bool = False) -> subprocess.CompletedProcess:
-    """Run ``python -m module args`` from the repo root; returns the completed process (text output). It runs in a
-    child of a warm interpreter (:mod:`tests.warm_python`: torch and Lightning imported once), or with ``fresh``
-    in a new interpreter (a test of start-up, or of the environment at import time).
+def run_module(module: str, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m module args`` from the repo root; returns the completed process (text output). It runs as a
+    child of a warm interpreter (:mod:`tests.warm_python`: torch and Lightning imported once); a test of a fresh
+    start-up (the environment read at import, the import policy) starts its own interpreter with ``subprocess``.
 
     Raises:
         subprocess.TimeoutExpired: it ran past ``timeout`` seconds.
     """
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)  # (keep the caller's)
-    full_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
-    if not fresh:
-        return run_warm(module, list(args), str(REPO), full_env, timeout)
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env=full_env)
+    return run_warm(module, list(args), str(REPO), {**os.environ, "PYTHONPATH": path, **(env or {})}, timeout)
 
 
 @pytest.fixture(scope="session")
