@@ -85,7 +85,8 @@ def run_summary(trainer, model, started: float) -> str:
     lines = [f"run folder: {where}",
              f"frames: {frames:,} in {_duration(seconds)} ({frames / max(seconds, 1e-9):,.0f} frames/s overall)"
              + (f" after the checkpoint's {before:,}" if before else "") + f", {trainer.global_step:,} optimiser steps"]
-    from callbacks.evaluation import evaluations as run_evaluations  # (torch loads after the thread settings)
+    from callbacks.evaluation import PolicyEvaluation  # (torch loads after the thread settings)
+    from callbacks.evaluation import evaluations as run_evaluations
 
     evaluations = [e for e in run_evaluations(trainer) if len(e) > 1]
     if evaluations:
@@ -96,8 +97,7 @@ def run_summary(trainer, model, started: float) -> str:
         final = evaluations[-1]
         best = max((e for e in evaluations if metric in e), key=lambda e: e[metric])
         se = final.get(f"{metric}_se")
-        evaluator = next((c for c in trainer.callbacks if isinstance(getattr(c, "history", None), list)
-                          and isinstance(getattr(c, "num_envs", None), int)), None)
+        evaluator = next((c for c in trainer.callbacks if isinstance(c, PolicyEvaluation)), None)
         episodes = (f" ({evaluator.num_envs} validation episodes, seed {evaluator.seed:,}; held-out ones: "
                     f"pipelines.evaluate)") if evaluator is not None else ""
         lines.append(f"evaluation {metric}: final {final[metric]:.3f}" + (f" ± {se:.3f}" if se is not None else "")

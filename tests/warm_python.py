@@ -111,8 +111,8 @@ class _Helper:
             pid = json.loads(proc.stdout.readline() or b'{"pid": null}')["pid"]
             if pid is None:
                 return None
+            box: dict = {}  # the helper's second reply: the command's exit status
             waiter = threading.Thread(target=lambda: box.update(json.loads(proc.stdout.readline())), daemon=True)
-            box: dict = {}
             waiter.start()
             waiter.join(timeout)
             if waiter.is_alive():
