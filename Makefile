@@ -10,7 +10,9 @@ TORCH_PIP_ARGS ?=
 CONFIG ?= configs/dvrp.yaml
 ARGS ?=
 # `make test` runs the test files on all cores (pytest-xdist, one file per worker at a time: a file's runs, Ray
-# clusters and ports never overlap each other); TEST_WORKERS=0 runs them one after the other in one process.
+# clusters and ports never overlap each other), the longest files first (tests/conftest.py: LONGEST_FIRST, kept in
+# that order by --no-loadscope-reorder), and lists the 20 slowest tests; TEST_WORKERS=0 runs them one after the other
+# in one process.
 TEST_WORKERS ?= auto
 
 .PHONY: install fit test test-slow lint docs docs-check docs-serve tensorboard bench bench-peer clean
@@ -31,7 +33,7 @@ fit: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -c "import ray" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e ".[ray]"
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 $(ARGS)
 
 test-slow: $(STAMP)
 	$(BIN)/python -c "import ray" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e ".[ray]"

@@ -85,8 +85,12 @@ def run_summary(trainer, model, started: float) -> str:
     lines = [f"run folder: {where}",
              f"frames: {frames:,} in {_duration(seconds)} ({frames / max(seconds, 1e-9):,.0f} frames/s overall)"
              + (f" after the checkpoint's {before:,}" if before else "") + f", {trainer.global_step:,} optimiser steps"]
-    from callbacks.evaluation import PolicyEvaluation  # (torch loads after the thread settings)
+    from callbacks.early_stopping import EarlyStopping  # (torch loads after the thread settings)
+    from callbacks.evaluation import PolicyEvaluation
     from callbacks.evaluation import evaluations as run_evaluations
+
+    lines += [f"stopped early at {c.stopped_at:,} frames by callbacks.EarlyStopping: {c.stopping_reason_message}"
+              for c in trainer.callbacks if isinstance(c, EarlyStopping) and c.stopped_at is not None]
 
     evaluations = [e for e in run_evaluations(trainer) if len(e) > 1]
     if evaluations:

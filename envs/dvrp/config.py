@@ -85,6 +85,8 @@ class DVRPConfig(EnvConfig):
         cutoff_ruins: after the cut-off's sweeps, this many ruin-and-recreate iterations (a customer and its K
             most related taken out and put back by cheapest insertion, then swept once; kept where shorter): escapes
             the local search's local optima (needs ``cutoff_sweeps`` >= 1).
+        cutoff_reversal: the cut-off's sweeps (and those of its ruins) also try 2-opt within a route, reversing
+            segments of up to this many customers (0: no such move; else >= 2, needs ``cutoff_sweeps`` >= 1).
         neighbourhood: K, each customer's most related customers in the plan (near in km and in time,
             :func:`envs.dvrp.local_search.neighbours`) that the local search moves it next to (granular
             neighbourhoods).
@@ -121,6 +123,7 @@ class DVRPConfig(EnvConfig):
     improve_passes: int = 1
     cutoff_sweeps: int = 0
     cutoff_ruins: int = 0
+    cutoff_reversal: int = 0
     neighbourhood: int = 8
 
     def __post_init__(self) -> None:
@@ -162,6 +165,9 @@ class DVRPConfig(EnvConfig):
                 "an integer >= 1")
         require(self.cutoff_ruins == 0 or self.cutoff_sweeps >= 1, "cutoff_ruins", self.cutoff_ruins,
                 "0, or > 0 with cutoff_sweeps >= 1")
+        require(isinstance(self.cutoff_reversal, int) and (self.cutoff_reversal == 0 or (
+            self.cutoff_reversal >= 2 and self.cutoff_sweeps >= 1)), "cutoff_reversal", self.cutoff_reversal,
+                "0, or an integer >= 2 with cutoff_sweeps >= 1")
         if self.oracle == "neural":
             require(self.improve_every == 0 and self.cutoff_sweeps == 0, "improve_every",
                     (self.improve_every, self.cutoff_sweeps), "0 with cutoff_sweeps: 0 under oracle: neural (the "

@@ -58,6 +58,7 @@ class DVRPParameters(Protocol):
     improve_passes: int
     cutoff_sweeps: int  # local-search sweeps of the whole plan at the cut-off
     cutoff_ruins: int  # ruin-and-recreate iterations at the cut-off
+    cutoff_reversal: int  # the longest segment the cut-off's 2-opt within a route reverses
     neighbourhood: int
 
     @property
@@ -343,7 +344,8 @@ class DVRPEnv(NativeBatchedEnv):
         if cfg.cutoff_sweeps:
             cutoff = booked >= size
             if self.checks.defer or bool(cutoff.any()):
-                saved = saved + self.oracle.reoptimise(cutoff, cfg.cutoff_sweeps, cfg.cutoff_ruins)
+                saved = saved + self.oracle.reoptimise(cutoff, cfg.cutoff_sweeps, cfg.cutoff_ruins,
+                                                       cfg.cutoff_reversal)
         return saved
 
     def _quote(self) -> None:

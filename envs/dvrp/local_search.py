@@ -11,6 +11,8 @@ problems with time windows", Computers & Operations Research 40(1)):
 * **exchange**: two customers of different routes swapped;
 * **2-opt\\***: the tails of two routes swapped after a customer of each (a tail to an empty vehicle splits a route,
   one appended after the last customer of another joins two);
+* **2-opt** (with ``reversal``): a segment of 2 to ``reversal`` customers of one route visited backwards, every
+  window on the way checked by walking it (the cut-off's re-optimisation);
 
 restricted to **granular neighbourhoods** (Toth and Vigo 2003; Vidal et al. 2013): a customer is only moved next to
 one of its K most related customers in the plan, near in km and in time (:func:`neighbours`), or to the start of a
@@ -104,8 +106,8 @@ def routed_windows(plan: Tensor, num_customers: int) -> tuple[Tensor, Tensor]:
 
 
 def improve(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, demand: Tensor, near: Tensor,
-            passes: int, margin: float, focus: Tensor | None = None, segments: tuple[int, ...] = (1, 2, 3)
-            ) -> tuple[Tensor, Tensor, Tensor]:
+            passes: int, margin: float, focus: Tensor | None = None, segments: tuple[int, ...] = (1, 2, 3),
+            reversal: int = 0) -> tuple[Tensor, Tensor, Tensor]:
     """``passes`` passes of the local search (see the module docstring) on every row, moving the customers
     ``focus`` (all by default).
 
@@ -118,6 +120,8 @@ def improve(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, demand
         focus: int64 ``[U, B]``: the customers whose moves are tried (-1: none), e.g. the one just booked and its
             neighbours; a pass costs O(B·U·K) and applies one move per row.
         segments: the lengths of the segments a relocate moves (1: the customer alone; 2, 3: or-opt).
+        reversal: the longest segment a 2-opt move within a route reverses (below 2: no such move); a pass costs
+            O(B·U·K·reversal) more.
 
     Returns:
         The improved plan, lengths and loads (new tensors; the plan cost is the sum of its ``LEG`` channel).
@@ -125,12 +129,12 @@ def improve(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, demand
     if focus is None:
         focus = torch.arange(demand.shape[0], device=plan.device).view(-1, 1).expand(-1, plan.shape[-1])
     for _ in range(passes):
-        plan, length, load = _one_pass(plan, length, load, capacity, demand, near, margin, focus, segments)
+        plan, length, load = _one_pass(plan, length, load, capacity, demand, near, margin, focus, segments, reversal)
     return plan, length, load
 
 
 def sweep(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, demand: Tensor, near: Tensor,
-          sweeps: int, margin: float, chunk: int = 8, segments: tuple[int, ...] = (1, 2, 3)
+          sweeps: int, margin: float, chunk: int = 8, segments: tuple[int, ...] = (1, 2, 3), reversal: int = 0
           ) -> tuple[Tensor, Tensor, Tensor]:
     """``sweeps`` sweeps over every customer, ``chunk`` customers per pass (one pass per chunk, in index order):
     N / chunk moves per row per sweep for the cost of one pass over all customers (which applies one). The
@@ -140,7 +144,8 @@ def sweep(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, demand: 
     for _ in range(sweeps):
         for first in range(0, n, chunk):
             focus = ids[first:first + chunk].view(-1, 1).expand(-1, b)
-            plan, length, load = _one_pass(plan, length, load, capacity, demand, near, margin, focus, segments)
+            plan, length, load = _one_pass(plan, length, load, capacity, demand, near, margin, focus, segments,
+                                           reversal)
     return plan, length, load
 
 
@@ -150,10 +155,13 @@ def plan_cost(plan: Tensor) -> Tensor:
 
 
 def _one_pass(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, demand: Tensor, near: Tensor,
-              margin: float, focus: Tensor, segments: tuple[int, ...]) -> tuple[Tensor, Tensor, Tensor]:
+              margin: float, focus: Tensor, segments: tuple[int, ...], reversal: int = 0
+              ) -> tuple[Tensor, Tensor, Tensor]:
     view = _View(plan, length, load, capacity, demand, near, focus)
     moves = [_relocate(view, margin, segments), _exchange(view, margin), _two_opt_star(view, margin)]
-    costs = torch.stack([m[0] for m in moves])  # [3, B] each kind's best
+    if reversal >= 2:
+        moves.append(_reverse(view, margin, reversal))
+    costs = torch.stack([m[0] for m in moves])  # [kinds, B] each kind's best
     best, kind = costs.min(0)
     better = best < -_IMPROVES
     source = view.identity
@@ -415,8 +423,57 @@ def _two_opt_map(v: _View, a: Tensor, b: Tensor) -> Tensor:
     return position * m + route
 
 
+def _reverse(v: _View, margin: float, longest: int) -> tuple[Tensor, object]:
+    """The best reversal of each row (2-opt within a route): the customers after a up to b visited backwards (2 to
+    ``longest`` of them), a and b being u and a neighbour w of it in u's route, either first: edges (a, a+) and
+    (b, b+) become (a, b) and (a+, b+). The reversed segment's windows are checked by walking it (``longest``
+    steps over ``[K, U, B]``; the route after it by its latest starts)."""
+    c, n, m = v.customers.unsqueeze(1), v.neighbour, v.M  # [F, 1, U, B], [F, K, U, B]
+    u_slot = v.slot.unsqueeze(0).expand_as(v.near_slot)
+    span = (v.near_slot - u_slot).div(m, rounding_mode="floor")  # positions from u to w (same route: exact)
+    first = span > 0  # u is a, w is b; else w is a, u is b
+
+    def pick(a_side: Tensor, b_side: Tensor) -> Tensor:
+        return torch.where(first, a_side, b_side)
+
+    a_done = pick(c[START_] + c[SERVICE_], n[START_] + n[SERVICE_])
+    a_x, a_y, a_leg = pick(c[CX], n[CX]), pick(c[CY], n[CY]), pick(c[LEG_], n[LEG_])
+    after_a_x, after_a_y = pick(c[NX], n[NX]), pick(c[NY], n[NY])
+    b_x, b_y, b_leg = pick(n[CX], c[CX]), pick(n[CY], c[CY]), pick(n[LEG_], c[LEG_])
+    b_ready, b_due, b_service = pick(n[READY_], c[READY_]), pick(n[DUE_], c[DUE_]), pick(n[SERVICE_], c[SERVICE_])
+    after_b_x, after_b_y, after_b_latest = pick(n[NX], c[NX]), pick(n[NY], c[NY]), pick(n[NLATEST], c[NLATEST])
+    a_slot, b_slot, count = pick(u_slot, v.near_slot), pick(v.near_slot, u_slot), span.abs()
+    ok = (v.routed.unsqueeze(0) & (v.near_slot >= 0) & (v.near_route == v.route.unsqueeze(0)) & (count >= 2)
+          & (count <= longest))
+    a_to_b = _distance(a_x, a_y, b_x, b_y)
+    cost = a_to_b + _distance(after_a_x, after_a_y, after_b_x, after_b_y) - a_leg - b_leg
+    start = torch.maximum(a_done + a_to_b + margin, b_ready)
+    ok = ok & (start <= b_due)
+    done = start + b_service
+    timing = v.flat[[READY, DUE, SERVICE, LEG]]  # [4, LM, B]
+    for i in range(1, longest):  # the segment's node i places before b, reached from the one after it
+        node = _take(timing, (b_slot - i * m).clamp_min(0))  # [4, K, U, B]; its LEG: to the node after it
+        walking = i < count
+        start = torch.maximum(done + node[3] + margin, node[0])
+        ok = ok & (~walking | (start <= node[1]))
+        done = torch.where(walking, start + node[2], done)
+    ok = ok & (done + _distance(after_a_x, after_a_y, after_b_x, after_b_y) + margin <= after_b_latest)
+    best, index = _pick(cost, ok)
+
+    def source() -> Tensor:
+        a = a_slot.flatten(0, 1).gather(0, index.unsqueeze(0)).squeeze(0)  # [B]
+        b = b_slot.flatten(0, 1).gather(0, index.unsqueeze(0)).squeeze(0)
+        pa, pb, route = a.div(m, rounding_mode="floor"), b.div(m, rounding_mode="floor"), a.remainder(m)
+        p, r = v.position_of, v.route_of
+        inside = (r == route) & (p > pa) & (p <= pb)
+        return torch.where(inside, pa + 1 + pb - p, p) * m + r
+
+    return best, source
+
+
 def ruin_and_recreate(plan: Tensor, length: Tensor, load: Tensor, capacity: Tensor, demand: Tensor, near: Tensor,
-                      margin: float, iterations: int, size: int, sweeps: int = 1) -> tuple[Tensor, Tensor, Tensor]:
+                      margin: float, iterations: int, size: int, sweeps: int = 1, reversal: int = 0
+                      ) -> tuple[Tensor, Tensor, Tensor]:
     """Escape the local search's local optima (Schrimpf et al. 2000, "Record breaking optimization results using the
     ruin and recreate principle", J. Computational Physics 159(2)): ``iterations`` times, take out ``size``
     customers near one another (customer ``i * stride mod N`` of iteration i, a stride prime to N, and its nearest,
@@ -435,7 +492,7 @@ def ruin_and_recreate(plan: Tensor, length: Tensor, load: Tensor, capacity: Tens
         taken = torch.cat([seed, near[:count].gather(1, seed.unsqueeze(0).expand(count, -1, -1)).squeeze(1)])
         new, new_length, new_load, placed = _recreate(*_ruin(plan, length, load, demand, taken), capacity, margin)
         new, new_length, new_load = sweep(new, new_length, new_load, capacity, demand, near, sweeps, margin,
-                                          chunk=near.shape[0] + 1)
+                                          chunk=near.shape[0] + 1, reversal=reversal)
         keep = placed & (plan_cost(new) < plan_cost(plan) - _IMPROVES)
         plan, length, load = torch.where(keep, new, plan), torch.where(keep, new_length, length), torch.where(
             keep, new_load, load)

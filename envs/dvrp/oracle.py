@@ -77,10 +77,10 @@ class CostOracle(ABC):
         """
         return torch.zeros_like(self.cost())
 
-    def reoptimise(self, rows: Tensor, sweeps: int, ruins: int = 0) -> Tensor:
+    def reoptimise(self, rows: Tensor, sweeps: int, ruins: int = 0, reversal: int = 0) -> Tensor:
         """Re-optimise the whole plans of ``rows`` (bool ``[B]``: the day's cut-off) by ``sweeps`` sweeps of local
-        search over every customer and ``ruins`` ruin-and-recreate iterations (an oracle without one improves
-        nothing).
+        search over every customer and ``ruins`` ruin-and-recreate iterations, reversing segments of up to
+        ``reversal`` customers within a route too (an oracle without one improves nothing).
 
         Returns:
             ``[B]`` km saved (>= 0; 0 outside ``rows``).
@@ -219,9 +219,10 @@ class InsertionOracle(CostOracle):
                                      passes, self.margin, focus)
         return self._take(*found, rows)
 
-    def reoptimise(self, rows: Tensor, sweeps: int, ruins: int = 0) -> Tensor:
+    def reoptimise(self, rows: Tensor, sweeps: int, ruins: int = 0, reversal: int = 0) -> Tensor:
         """:func:`envs.dvrp.local_search.sweep` of the whole plans of ``rows``, then ``ruins`` iterations of
-        :func:`envs.dvrp.local_search.ruin_and_recreate` (each takes out a customer and its most related).
+        :func:`envs.dvrp.local_search.ruin_and_recreate` (each takes out a customer and its most related), with
+        2-opt within a route up to ``reversal`` customers.
 
         Raises:
             ValueError: the plans were reset without the customers' coordinates (``xy``).
@@ -230,10 +231,10 @@ class InsertionOracle(CostOracle):
             return torch.zeros_like(self.plan_cost)
         near = self._near(None, self._in_plan())
         found = local_search.sweep(self.plan, self.length, self.load, self.capacity, self.demand, near, sweeps,
-                                   self.margin, chunk=near.shape[0] + 1)
+                                   self.margin, chunk=near.shape[0] + 1, reversal=reversal)
         if ruins > 0:
             found = local_search.ruin_and_recreate(*found, self.capacity, self.demand, near, self.margin, ruins,
-                                                   size=near.shape[0] + 1)
+                                                   size=near.shape[0] + 1, reversal=reversal)
         return self._take(*found, rows)
 
     def _in_plan(self) -> tuple[Tensor, Tensor]:

@@ -10,8 +10,8 @@ from tests.pipelines.conftest import REPO, run_module
 
 def test_results_file_holds_each_final_policy_and_their_mean(tmp_path):
     proc = run_module("benchmarks.results", "--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--seeds", "0",
-                      "1", "--episodes", "4", "--out", str(tmp_path / "results"), "--runs", str(tmp_path / "runs"),
-                      "--data.init_args.total_frames=1024", timeout=600)
+                      "1", "--parallel", "2", "--episodes", "4", "--out", str(tmp_path / "results"), "--runs",
+                      str(tmp_path / "runs"), "--data.init_args.total_frames=1024", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     [written] = (tmp_path / "results").glob("cartpole_ppo-*.json")
@@ -21,3 +21,16 @@ def test_results_file_holds_each_final_policy_and_their_mean(tmp_path):
     assert entry["policy"] == "ppo" and sorted(entry["seeds"]) == ["0", "1"]
     assert entry["mean"] == pytest.approx(sum(returns) / 2) and entry["se"] >= 0
     assert "random" in entry["references"] and result["episodes"] == 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("config", "goal"), [("pendulum_ppo", -200.0), ("cartpole_novel_ppo_lstm", 475.0)])
+def test_a_config_meets_its_goal_on_seeds_it_was_not_tuned_on(tmp_path, config, goal):
+    """The published figure's way (the final policies, each on 50 held-out episodes) on seeds 20-22: the configs were
+    set on seeds 0-9 (docs/algorithms/ppo.md). About 5 min (Pendulum) and 6 min (recurrent) two seeds at a time."""
+    proc = run_module("benchmarks.results", "--config", str(REPO / "configs" / f"{config}.yaml"), "--seeds", "20",
+                      "21", "22", "--parallel", "2", "--episodes", "50", "--out", str(tmp_path / "results"),
+                      "--runs", str(tmp_path / "runs"), timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    entry = json.loads(proc.stdout.strip().splitlines()[-1])["settings"]["None"]
+    assert entry["mean"] >= goal, entry["seeds"]

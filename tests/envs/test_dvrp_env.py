@@ -262,7 +262,8 @@ PLAN_CASES = {
     "tight-random": (lambda: DVRPConfig(num_vehicles=3, horizon=300.0, window_width=30.0, capacity=120.0,
                                         type_mix=[0.1, 0.2, 0.3, 0.4]), "random-masked"),
     # the plan improved by local search after bookings and re-optimised at the cut-off (the driven plan is paid)
-    "improved-clairvoyant": (lambda: DVRPConfig(improve_every=1, cutoff_sweeps=2, cutoff_ruins=4), "clairvoyant"),
+    "improved-clairvoyant": (lambda: DVRPConfig(improve_every=1, cutoff_sweeps=2, cutoff_ruins=4, cutoff_reversal=6),
+                             "clairvoyant"),
     "improved-tight-random": (lambda: DVRPConfig(num_vehicles=3, horizon=300.0, window_width=30.0, capacity=120.0,
                                                  improve_every=2, improve_passes=2, cutoff_sweeps=1),
                               "random-masked"),
@@ -507,5 +508,10 @@ def test_the_improvement_keys_are_checked():
             DVRPConfig(**{key: value})
     with pytest.raises(ValueError, match="env.cutoff_ruins=3"):  # (it sweeps each recreated plan)
         DVRPConfig(cutoff_ruins=3)
+    for value in (1, -2, 2.5):  # (a reversal needs two customers)
+        with pytest.raises(ValueError, match=f"env.cutoff_reversal={value}"):
+            DVRPConfig(cutoff_sweeps=1, cutoff_reversal=value)
+    with pytest.raises(ValueError, match="env.cutoff_reversal=4"):  # (its moves are the cut-off sweeps')
+        DVRPConfig(cutoff_reversal=4)
     with pytest.raises(ValueError, match="under oracle: neural"):  # (the local search improves the insertion plan)
         DVRPConfig(oracle="neural", improve_every=1)

@@ -124,6 +124,43 @@ def test_no_improving_move_between_routes_is_left_with_full_neighbourhoods():
                 assert km is None or km >= now - tolerance, f"row {row}: {routes} -> {new_a}, {new_b}: {km} < {now}"
 
 
+
+def _improving_reversals(plan, length, row: int, slack: float, tolerance: float = 2e-3) -> list:
+    """Every reversal of 2 or more customers after a customer of one route (feasible with ``slack`` to spare) that
+    shortens the plan by more than ``tolerance``: a brute force."""
+    nodes, found = _nodes(plan, row), []
+    for r in _routes(plan, length, row):
+        now = _walk(r, nodes, (50.0, 50.0))
+        for i, j in itertools.combinations(range(len(r)), 2):
+            if j - i >= 2:
+                new = r[:i + 1] + r[i + 1:j + 1][::-1] + r[j + 1:]
+                km = _walk(new, nodes, (50.0, 50.0), slack)
+                if km is not None and km < now - tolerance:
+                    found.append((r, new))
+    return found
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_reversals_keep_plans_feasible_and_leave_none_that_improves(dtype):
+    """2-opt within a route (``reversal``): every plan stays feasible with the same customers, and with full
+    neighbourhoods a brute force finds no improving reversal left, where the search without them leaves some."""
+    n, m = 10, 2
+    oracle, xy, demand = _day(24, n, m, seed=11, dtype=dtype, capacity=1000.0)
+    near, slack = local_search.neighbours(xy, n - 1), (n + 2) * oracle.margin  # (the walk's margins add up)
+    without = local_search.improve(oracle.plan, oracle.length, oracle.load, oracle.capacity, demand, near,
+                                   passes=60, margin=oracle.margin)
+    plan, length, load = local_search.improve(oracle.plan, oracle.length, oracle.load, oracle.capacity, demand,
+                                              near, passes=60, margin=oracle.margin, reversal=n)
+    assert any(_improving_reversals(without[0], without[1], row, slack) for row in range(24))
+    after = local_search.plan_cost(plan)
+    for row in range(24):
+        nodes, routes = _nodes(plan, row), _routes(plan, length, row)
+        assert sorted(c for r in routes for c in r) == sorted(_nodes(oracle.plan, row))
+        km = [_walk(r, nodes, (50.0, 50.0)) for r in routes]
+        assert None not in km and sum(km) == pytest.approx(float(after[row]), rel=1e-4, abs=1e-3)
+        assert _improving_reversals(plan, length, row, slack) == [], row
+
+
 def test_a_pass_reads_nothing_back():
     oracle, xy, demand = _day(8, 12, 2, seed=1, dtype=torch.float32, capacity=60.0)
     near = local_search.neighbours(xy, 4)
