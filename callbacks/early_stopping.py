@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 class EarlyStopping(LightningEarlyStopping):
     """Stop training on an evaluation of the deterministic policy, with Lightning's rules: ``stopping_threshold``
-    (stop once the metric reaches it, as SB3's ``StopTrainingOnRewardThreshold``), ``patience`` evaluations without
+    (stop once the metric passes it, as SB3's ``StopTrainingOnRewardThreshold``), ``patience`` evaluations without
     an improvement of ``min_delta`` (SB3's ``StopTrainingOnNoModelImprovement``), ``divergence_threshold``, and a
     non-finite metric (``check_finite``).
 

@@ -445,8 +445,8 @@ def _reverse(v: _View, margin: float, longest: int) -> tuple[Tensor, object]:
     a_slot, b_slot, count = pick(u_slot, v.near_slot), pick(v.near_slot, u_slot), span.abs()
     ok = (v.routed.unsqueeze(0) & (v.near_slot >= 0) & (v.near_route == v.route.unsqueeze(0)) & (count >= 2)
           & (count <= longest))
-    a_to_b = _distance(a_x, a_y, b_x, b_y)
-    cost = a_to_b + _distance(after_a_x, after_a_y, after_b_x, after_b_y) - a_leg - b_leg
+    a_to_b, after_a_to_after_b = _distance(a_x, a_y, b_x, b_y), _distance(after_a_x, after_a_y, after_b_x, after_b_y)
+    cost = a_to_b + after_a_to_after_b - a_leg - b_leg
     start = torch.maximum(a_done + a_to_b + margin, b_ready)
     ok = ok & (start <= b_due)
     done = start + b_service
@@ -457,7 +457,7 @@ def _reverse(v: _View, margin: float, longest: int) -> tuple[Tensor, object]:
         start = torch.maximum(done + node[3] + margin, node[0])
         ok = ok & (~walking | (start <= node[1]))
         done = torch.where(walking, start + node[2], done)
-    ok = ok & (done + _distance(after_a_x, after_a_y, after_b_x, after_b_y) + margin <= after_b_latest)
+    ok = ok & (done + after_a_to_after_b + margin <= after_b_latest)
     best, index = _pick(cost, ok)
 
     def source() -> Tensor:
