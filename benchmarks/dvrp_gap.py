@@ -44,7 +44,8 @@ from pipelines.console import rounded  # noqa: E402
 from pipelines.play import play  # noqa: E402
 
 INSERTION = {"improve_every": 0, "cutoff_sweeps": 0, "cutoff_ruins": 0}
-PAYMENT_KEYS = ("improve_every", "improve_passes", "cutoff_sweeps", "cutoff_ruins", "neighbourhood")
+PAYMENT_KEYS = ("improve_every", "improve_passes", "improve_reversal", "cutoff_sweeps", "cutoff_ruins",
+                "cutoff_reversal", "neighbourhood")
 STEPS = ("insertion", "local_search", "resolved", "windows", "hindsight")
 FORCED = 1.0e4  # km-equivalents per customer: a prize no route's km outweighs, so every customer is served
 

@@ -16,25 +16,25 @@ figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
 import os
 import platform
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from pipelines.seeds import last_checkpoint  # noqa: E402
+from pipelines import evaluate, seeds  # noqa: E402
 
 
-def _run(*args: str) -> str:
-    """``python -m <args>`` from the project's root; its stdout (its stderr passed through); exits on a failure."""
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"error: python -m {' '.join(args[:3])} ... ended with status {proc.returncode}")
-    return proc.stdout
+def _call(main, *args: str) -> dict:
+    """A command's ``main(args)`` in this process (one interpreter's imports for the whole script), its printed
+    output sent to stderr so that this script's last stdout line stays its JSON; its returned summary or table.
+    A failing command ends the script with the command's own exit status (``SystemExit``)."""
+    with contextlib.redirect_stdout(sys.stderr):
+        return main(list(args))
 
 
 def _mean_se(values: list[float]) -> tuple[float, float]:
@@ -78,15 +78,14 @@ def main() -> None:
     args, overrides = parser.parse_known_args()
     stem = os.path.splitext(os.path.basename(args.config))[0]
     runs = os.path.join(os.path.abspath(args.runs), stem)
-    _run("pipelines.seeds", "--config", args.config, "--seeds", *map(str, args.seeds), "--parallel",
-         str(args.parallel), "--out", runs, *overrides)
+    _call(seeds.main, "--config", args.config, "--seeds", *map(str, args.seeds), "--parallel", str(args.parallel),
+          "--out", runs, *overrides)
     evaluations = {}
     for seed in args.seeds:
-        found = last_checkpoint(os.path.join(runs, f"seed_{seed}"))
+        found = seeds.last_checkpoint(os.path.join(runs, f"seed_{seed}"))
         if found is None:
             raise SystemExit(f"error: seed {seed} wrote no last.ckpt under {runs}")
-        line = _run("pipelines.evaluate", "--ckpt_path", found, "--episodes", str(args.episodes))
-        evaluations[seed] = json.loads(line.strip().splitlines()[-1])
+        evaluations[seed] = _call(evaluate.main, "--ckpt_path", found, "--episodes", str(args.episodes))
     today = datetime.date.today().isoformat()
     result = {"config": os.path.relpath(os.path.abspath(args.config), ROOT), "date": today,
               "command": " ".join(["python", "benchmarks/results.py", *sys.argv[1:]]), "episodes": args.episodes,

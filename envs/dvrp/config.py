@@ -76,6 +76,8 @@ class DVRPConfig(EnvConfig):
             batch at the same steps) by ``improve_passes`` passes of batched local search around the request just
             booked (:mod:`envs.dvrp.local_search`); 0 never improves it.
         improve_passes: passes per improvement (each applies at most one move per row).
+        improve_reversal: the bookings' passes also try 2-opt within a route, reversing segments of up to this many
+            customers (0: no such move; else >= 2, needs ``improve_every`` >= 1).
         cutoff_sweeps: at the cut-off (a day's last request) the whole plan is re-optimised by this many sweeps of
             local search over every customer: the plan the operator drives. The reward pays the plan after the
             insertion and every improvement, so a day's return is ``served_reward`` x served - the driven plan's
@@ -121,6 +123,7 @@ class DVRPConfig(EnvConfig):
     refusal_mask_threshold: float | None = None
     improve_every: int = 0
     improve_passes: int = 1
+    improve_reversal: int = 0
     cutoff_sweeps: int = 0
     cutoff_ruins: int = 0
     cutoff_reversal: int = 0
@@ -165,9 +168,10 @@ class DVRPConfig(EnvConfig):
                 "an integer >= 1")
         require(self.cutoff_ruins == 0 or self.cutoff_sweeps >= 1, "cutoff_ruins", self.cutoff_ruins,
                 "0, or > 0 with cutoff_sweeps >= 1")
-        require(isinstance(self.cutoff_reversal, int) and (self.cutoff_reversal == 0 or (
-            self.cutoff_reversal >= 2 and self.cutoff_sweeps >= 1)), "cutoff_reversal", self.cutoff_reversal,
-                "0, or an integer >= 2 with cutoff_sweeps >= 1")
+        for key, moves in (("improve_reversal", "improve_every"), ("cutoff_reversal", "cutoff_sweeps")):
+            value = getattr(self, key)
+            require(isinstance(value, int) and (value == 0 or (value >= 2 and getattr(self, moves) >= 1)), key, value,
+                    f"0, or an integer >= 2 with {moves} >= 1")
         if self.oracle == "neural":
             require(self.improve_every == 0 and self.cutoff_sweeps == 0, "improve_every",
                     (self.improve_every, self.cutoff_sweeps), "0 with cutoff_sweeps: 0 under oracle: neural (the "

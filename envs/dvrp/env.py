@@ -56,6 +56,7 @@ class DVRPParameters(Protocol):
     refusal_mask_threshold: float | None
     improve_every: int  # bookings between improvements of the tentative plan (0: never)
     improve_passes: int
+    improve_reversal: int  # the longest segment the bookings' 2-opt within a route reverses
     cutoff_sweeps: int  # local-search sweeps of the whole plan at the cut-off
     cutoff_ruins: int  # ruin-and-recreate iterations at the cut-off
     cutoff_reversal: int  # the longest segment the cut-off's 2-opt within a route reverses
@@ -340,7 +341,7 @@ class DVRPEnv(NativeBatchedEnv):
         if cfg.improve_every:
             due = booked.remainder(cfg.improve_every) == 0
             if self.checks.defer or bool(due.any()):
-                saved = self.oracle.improve(cfg.improve_passes, due)
+                saved = self.oracle.improve(cfg.improve_passes, due, cfg.improve_reversal)
         if cfg.cutoff_sweeps:
             cutoff = booked >= size
             if self.checks.defer or bool(cutoff.any()):

@@ -68,9 +68,10 @@ class CostOracle(ABC):
             ``[B]`` plan-cost increase (km); 0 where not accepted.
         """
 
-    def improve(self, passes: int, rows: Tensor | None = None) -> Tensor:
+    def improve(self, passes: int, rows: Tensor | None = None, reversal: int = 0) -> Tensor:
         """Improve the tentative plans (of ``rows``, bool ``[B]``, when given) by ``passes`` passes of local search
-        around the last committed request (an oracle without one improves nothing).
+        around the last committed request, reversing segments of up to ``reversal`` customers within a route too
+        (an oracle without one improves nothing).
 
         Returns:
             ``[B]`` km saved (>= 0; 0 outside ``rows``).
@@ -200,9 +201,10 @@ class InsertionOracle(CostOracle):
             self.demand.scatter_(0, q["request"].view(1, -1), q["demand"].view(1, -1))
         return increase
 
-    def improve(self, passes: int, rows: Tensor | None = None) -> Tensor:
+    def improve(self, passes: int, rows: Tensor | None = None, reversal: int = 0) -> Tensor:
         """:func:`envs.dvrp.local_search.improve` around the last quoted request: it and its nearest customers are
-        the ones moved (one move per row per pass), in ``rows`` (all by default).
+        the ones moved (one move per row per pass), in ``rows`` (all by default), reversing segments of up to
+        ``reversal`` customers within a route too.
 
         Raises:
             ValueError: the plans were reset without the customers' coordinates (``xy``).
@@ -216,7 +218,7 @@ class InsertionOracle(CostOracle):
         near = near.scatter(1, focus.unsqueeze(0).expand(near.shape[0], -1, -1),
                             self._near(focus, in_plan))  # (only the focus's rows are read)
         found = local_search.improve(self.plan, self.length, self.load, self.capacity, self.demand, near,
-                                     passes, self.margin, focus)
+                                     passes, self.margin, focus, reversal=reversal)
         return self._take(*found, rows)
 
     def reoptimise(self, rows: Tensor, sweeps: int, ruins: int = 0, reversal: int = 0) -> Tensor:

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from benchmarks.gpu_path import scaled_args
@@ -36,15 +37,17 @@ def test_off_policy_scaled_to_more_envs_keeps_its_replay_ratio():
     assert out["buffer_size"] >= 4 * out["frames_per_batch"] and out["init_random_frames"] == out["frames_per_batch"]
 
 
-def test_one_call_reports_every_size_with_the_env_alone(tmp_path):
-    """A GPU config, run on the CPU at 8 and 16 envs: its fit and its env alone at each size."""
+@pytest.mark.parametrize("sizes", [["8"], pytest.param(["8", "16"], marks=pytest.mark.slow)],  # (2 sizes: 48 s)
+                         ids=["one size", "two sizes"])
+def test_one_call_reports_every_size_with_the_env_alone(tmp_path, sizes):
+    """A GPU config, run on the CPU at 8 (and 16) envs: its fit and its env alone at each size."""
     out = subprocess.run(
-        [sys.executable, "benchmarks/gpu_path.py", "--config", "configs/dvrp_gpu.yaml", "--num_envs", "8", "16",
+        [sys.executable, "benchmarks/gpu_path.py", "--config", "configs/dvrp_gpu.yaml", "--num_envs", *sizes,
          "--runs", "cpu", "--batches", "2", "--warmup_batches", "1", "--env_steps", "5"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])["results"]["configs/dvrp_gpu.yaml"]
-    assert set(result) == {"8", "16"}
+    assert set(result) == set(sizes)
     for b, entry in result.items():
         assert entry["settings"]["num_envs"] == int(b)
         run = entry["cpu"]

@@ -265,7 +265,8 @@ PLAN_CASES = {
     "improved-clairvoyant": (lambda: DVRPConfig(improve_every=1, cutoff_sweeps=2, cutoff_ruins=4, cutoff_reversal=6),
                              "clairvoyant"),
     "improved-tight-random": (lambda: DVRPConfig(num_vehicles=3, horizon=300.0, window_width=30.0, capacity=120.0,
-                                                 improve_every=2, improve_passes=2, cutoff_sweeps=1),
+                                                 improve_every=2, improve_passes=2, improve_reversal=5,
+                                                 cutoff_sweeps=1),
                               "random-masked"),
 }
 
@@ -508,10 +509,11 @@ def test_the_improvement_keys_are_checked():
             DVRPConfig(**{key: value})
     with pytest.raises(ValueError, match="env.cutoff_ruins=3"):  # (it sweeps each recreated plan)
         DVRPConfig(cutoff_ruins=3)
-    for value in (1, -2, 2.5):  # (a reversal needs two customers)
-        with pytest.raises(ValueError, match=f"env.cutoff_reversal={value}"):
-            DVRPConfig(cutoff_sweeps=1, cutoff_reversal=value)
-    with pytest.raises(ValueError, match="env.cutoff_reversal=4"):  # (its moves are the cut-off sweeps')
-        DVRPConfig(cutoff_reversal=4)
+    for key, moves in (("cutoff_reversal", "cutoff_sweeps"), ("improve_reversal", "improve_every")):
+        for value in (1, -2, 2.5):  # (a reversal needs two customers)
+            with pytest.raises(ValueError, match=f"env.{key}={value}"):
+                DVRPConfig(**{moves: 1, key: value})
+        with pytest.raises(ValueError, match=f"env.{key}=4.*with {moves} >= 1"):  # (its moves are those passes')
+            DVRPConfig(**{key: 4})
     with pytest.raises(ValueError, match="under oracle: neural"):  # (the local search improves the insertion plan)
         DVRPConfig(oracle="neural", improve_every=1)

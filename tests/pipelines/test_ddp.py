@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from modules.flexibility import FlexibilityModel
@@ -41,6 +42,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # (16 s; `make test-slow`)
 def test_td3_on_two_cpu_ranks_with_unused_parameters_found(tmp_path):
     """TD3 under DDP (``ddp_find_unused_parameters_true``: its critic-only updates leave the actor out): both ranks
     train, and their weights stay identical."""
@@ -59,6 +61,7 @@ def test_td3_on_two_cpu_ranks_with_unused_parameters_found(tmp_path):
     assert ranks[0]["steps"] == ranks[1]["steps"] > 0
 
 
+@pytest.mark.slow  # (17 s; `make test-slow`)
 def test_ddp_two_nodes_on_loopback(tmp_path):
     """``--trainer.num_nodes=2`` as on two machines (one process per node, ``NODE_RANK`` 0 and 1, the master on
     loopback): the nodes collect with different seeds, end with identical weights, and count frames over both."""

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import torch
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -305,6 +306,7 @@ def test_denormals_are_flushed_unless_the_run_says_otherwise(tmp_path):
     assert values[0] == 0.0 and 0.0 < values[1] < 1e-38
 
 
+@pytest.mark.slow  # (17 s; `make test-slow`)
 def test_the_large_config_trains_on_days_of_mixed_sizes(tmp_path):
     """configs/dvrp_large.yaml as shipped, but for the budget and batch: its days of 30, 50 and 100 customers are
     collected and trained on together, the periodic evaluation plays them, and the run's checkpoint plays a

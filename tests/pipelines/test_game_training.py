@@ -38,6 +38,7 @@ def _fit(tmp_path, frames: int, *extra: str, timeout: float = 300) -> subprocess
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
+@pytest.mark.slow  # (52 s; `make test-slow`)
 def test_a_worker_run_logs_the_game_score_and_its_checkpoint_plays_and_films_a_game(tmp_path, capsys):
     evaluation = json.dumps({"class_path": "callbacks.PolicyEvaluation",
                              "init_args": {"every_n_frames": 256, "num_envs": 2, "video_frames": 8}})
@@ -154,6 +155,7 @@ def test_the_jackal_config_without_its_rom_stops_before_any_work(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # (27 s; `make test-slow`)
 def test_an_asynchronous_collector_trains_on_batches_of_recent_weights(tmp_path):
     """``data.collector.mode: async``: each batch is one worker's, and its frames' weights were at most a few training
     steps older than the learner's (``time/policy_lag``, in training steps: about workers - 1 on average)."""

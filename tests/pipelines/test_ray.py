@@ -134,6 +134,7 @@ def _fit(cluster, tmp_path, probe: RayProbe, frames: int, max_restarts: int, ext
                            f"--data.init_args.collector.worker_timeout_s={timeout_s}"], probe, *extra)
 
 
+@pytest.mark.slow  # (26 s; `make test-slow`)
 def test_two_node_cluster_trains_dqn_with_versions_following_the_learner(cluster, tmp_path, monkeypatch, caplog):
     monkeypatch.setattr("sys.argv", ["fit"])
     probe = RayProbe(kill_after=(6,))
@@ -152,6 +153,7 @@ def test_two_node_cluster_trains_dqn_with_versions_following_the_learner(cluster
     assert torch.isfinite(torch.tensor(cli.model.latest_metrics.get("train/loss", float("nan"))))
 
 
+@pytest.mark.slow  # (40 s; `make test-slow`)
 def test_an_actor_dying_past_max_restarts_stops_the_run(cluster, tmp_path, monkeypatch):
     monkeypatch.setattr("sys.argv", ["fit"])
     with pytest.raises(RuntimeError, match=r"Ray actor 0 .* data.collector.ray.max_restarts=1 restarts are used up"):
@@ -246,6 +248,7 @@ class _ConfigureThenKill(RLCallback):
         self.w_touch = collector.map_fn("env.base_env.__getattribute__", [("w_touch",)] * 2, [{}] * 2)
 
 
+@pytest.mark.slow  # (30 s; `make test-slow`)
 def test_a_restarted_actor_gets_the_env_calls_made_since_the_start(cluster, tmp_path, monkeypatch):
     monkeypatch.setattr("sys.argv", ["fit"])
     probe = _ConfigureThenKill()
@@ -257,6 +260,7 @@ def test_a_restarted_actor_gets_the_env_calls_made_since_the_start(cluster, tmp_
     assert probe.w_touch == [0.123, 0.123], "the restarted actor's env lost the call made before its restart"
 
 
+@pytest.mark.slow  # (28 s; `make test-slow`)
 def test_sigterm_stops_a_ray_run_at_a_step_with_its_checkpoint(cluster, tmp_path):
     """``ray.init`` sets its own SIGTERM handler (``sys.exit``): the run ended without its checkpoint (and by the
     stop's deadline). The run's handlers are put back once Ray is up: exit 143, ``last.ckpt`` written."""

@@ -58,16 +58,19 @@ def _steps(version) -> list[int]:
 
 @pytest.mark.parametrize("config,args,kill_at", [
     (CARTPOLE, SMALL_DQN, 30),  # DQN on gymnasium CartPole: replay buffer, target network, gymnasium env state
-    (CARTPOLE, [*SMALL_DQN, "--model.init_args.n_steps=3", "--model.init_args.double_dqn=true"], 30),  # n-step
+    pytest.param(CARTPOLE, [*SMALL_DQN, "--model.init_args.n_steps=3", "--model.init_args.double_dqn=true"], 30,
+                 marks=pytest.mark.slow),  # n-step
     (SMOKE, ["--data.init_args.total_frames=3840"], 26),  # PPO on the DVRP smoke config (4 updates a batch)
-    (PENDULUM_TD3, SMALL_TD3, 200),  # TD3 on Pendulum: exploration noise, policy delay's clock, two targets
+    # TD3 on Pendulum: exploration noise, policy delay's clock, two targets
+    pytest.param(PENDULUM_TD3, SMALL_TD3, 200, marks=pytest.mark.slow),
     # continuous PPO on Pendulum: Gaussian draws, the normalisation's statistics and its returns in progress
     (PENDULUM_PPO, SMALL_PPO, 50),
     # recurrent PPO: the LSTM states carried by the env, the reward normalisation's returns
     (LSTM_PPO, ["--data.init_args.total_frames=2048", "--model.init_args.ppo_epochs=5"], 30),
     # the hockey configs against their opponent mix: the hockey env's games in progress, the opponents' draw stream
-    (HOCKEY_PPO, [*SMALL_PPO, "--data.init_args.total_frames=3072", *OPPONENT_MIX], 70),
-    (HOCKEY_DQN, [*SMALL_REPLAY, *OPPONENT_MIX], 30),  # (its soft target updates)
+    pytest.param(HOCKEY_PPO, [*SMALL_PPO, "--data.init_args.total_frames=3072", *OPPONENT_MIX], 70,
+                 marks=pytest.mark.slow),
+    pytest.param(HOCKEY_DQN, [*SMALL_REPLAY, *OPPONENT_MIX], 30, marks=pytest.mark.slow),  # (soft target updates)
 ], ids=["dqn_cartpole", "dqn_nstep_cartpole", "ppo_dvrp", "td3_pendulum", "ppo_pendulum", "ppo_lstm_cartpole_novel",
         "ppo_hockey", "dqn_hockey"])
 def test_sigkill_and_resume_in_a_new_process_matches_the_uninterrupted_run(tmp_path, config, args, kill_at):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import optuna
+import pytest
 import yaml
 
 from tests.pipelines.conftest import REPO, run_module
@@ -66,6 +67,7 @@ def test_a_tiny_study_finds_the_better_config_and_resumes(tmp_path):
     assert len(optuna.load_study(study_name="study", storage=f"sqlite:///{out / 'study.db'}").trials) == 2
 
 
+@pytest.mark.slow  # (15 s; `make test-slow`)
 def test_a_pruned_trial_stops_at_its_first_evaluation(tmp_path):
     """A pruner that stops every trial: each ends at its first evaluation; a continued random search draws new
     values (its sampler is not restarted from the first run's seed)."""
