@@ -129,7 +129,6 @@ def test_a_killed_emulator_worker_stops_the_run_with_its_name(tmp_path):
     _checkpoints_intact(folder)
 
 
-@pytest.mark.slow  # (19 s; `make test-slow`)
 def test_a_stopped_worker_stops_the_run_after_the_worker_timeout(tmp_path):
     status, stderr, elapsed, pids, folder = _run_with_fault(
         tmp_path, lambda pids: os.kill(pids["workers"][0], signal.SIGSTOP),

@@ -135,7 +135,6 @@ def test_sigterm_stops_the_fits_and_leaves_no_orphan(tmp_path):
         assert not (out / f"seed_{seed}" / "finished").exists()
 
 
-@pytest.mark.slow  # (22 s; `make test-slow`)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; the parent-death signal is Linux's")
 def test_sigkill_of_the_command_takes_its_fits_with_it(tmp_path):
     """SIGKILL to ``--parallel 2`` (no handler can run): both fits get SIGTERM from the kernel as their parent dies,
