@@ -7,7 +7,7 @@ from typing import Any
 
 import lightning as L
 
-from callbacks.evaluation import PolicyEvaluation
+from callbacks.evaluation import PolicyEvaluation, new_evaluation
 from callbacks.selfplay import SelfPlay
 from envs.restored import RestoredStateError, restored_mapping, restored_number
 
@@ -166,11 +166,11 @@ class CurriculumPhases(L.Callback):
         Raises:
             ValueError: the evaluation has no such metric (names the ones it has).
         """
-        published = trainer.callback_metrics
-        frames = published.get("eval/frames")
-        if frames is None or float(frames) == self._read_frames or float(frames) <= self.phase_start:
+        frames = new_evaluation(trainer, self._read_frames)
+        if frames is None or frames <= self.phase_start:
             return
-        self._read_frames = float(frames)
+        self._read_frames = frames
+        published = trainer.callback_metrics
         if metric not in published:
             have = sorted(k for k in published if k.startswith("eval/") and k != "eval/frames")
             raise ValueError(f"CurriculumPhases.phases[{self.phase}].until.metric={metric!r}: the evaluation at "

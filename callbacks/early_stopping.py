@@ -10,7 +10,7 @@ from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 from torch import Tensor
 
 from callbacks.compat import early_stopping_verdict
-from callbacks.evaluation import PolicyEvaluation
+from callbacks.evaluation import PolicyEvaluation, new_evaluation
 from envs.restored import RestoredStateError, restored_mapping, restored_number
 
 log = logging.getLogger(__name__)
@@ -44,14 +44,17 @@ class EarlyStopping(LightningEarlyStopping):
         check_finite: stop on a NaN or infinite metric.
 
     Raises:
-        ValueError: at the start of training, no ``callbacks.PolicyEvaluation`` in ``trainer.callbacks`` or a
-            ``monitor`` not under ``eval/``; in training, Lightning's ``RuntimeError`` for an evaluation without the
-            metric (naming the ones it has).
+        ValueError: a ``monitor`` not under ``eval/`` (when built from the config); at the start of training, no
+            ``callbacks.PolicyEvaluation`` in ``trainer.callbacks``; in training, Lightning's ``RuntimeError`` for
+            an evaluation without the metric (naming the ones it has).
     """
 
     def __init__(self, monitor: str = "eval/episode_return", mode: str = "max", stopping_threshold: float | None = None,
                  patience: int = 1_000_000, min_delta: float = 0.0, divergence_threshold: float | None = None,
                  check_finite: bool = True) -> None:
+        if not monitor.startswith("eval/"):
+            raise ValueError(f"EarlyStopping.monitor={monitor!r} is not allowed: an evaluation metric, eval/<name> "
+                             "(e.g. eval/episode_return)")
         super().__init__(monitor=monitor, mode=mode, stopping_threshold=stopping_threshold, patience=patience,
                          min_delta=min_delta, divergence_threshold=divergence_threshold, check_finite=check_finite,
                          check_on_train_epoch_end=False, strict=True)
@@ -78,9 +81,6 @@ class EarlyStopping(LightningEarlyStopping):
         if not any(isinstance(c, PolicyEvaluation) for c in trainer.callbacks):
             raise ValueError("EarlyStopping: needs a callbacks.PolicyEvaluation in trainer.callbacks (it judges its "
                              "evaluations)")
-        if not self.monitor.startswith("eval/"):
-            raise ValueError(f"EarlyStopping.monitor={self.monitor!r} is not allowed: an evaluation metric, "
-                             "eval/<name> (e.g. eval/episode_return)")
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Nothing: an RL run has no validation loop (the evaluations are judged after a training batch)."""
@@ -98,8 +98,8 @@ class EarlyStopping(LightningEarlyStopping):
 
     def _judge_new_evaluation(self, trainer: L.Trainer) -> str | None:
         """The reason to stop given by an evaluation published since the last one judged, or None."""
-        frames = trainer.callback_metrics.get("eval/frames")
-        if frames is None or float(frames) == self._read_frames:
+        frames = new_evaluation(trainer, self._read_frames)
+        if frames is None:
             return None
-        self._read_frames = float(frames)
+        self._read_frames = frames
         return early_stopping_verdict(self, trainer.callback_metrics)

@@ -224,6 +224,13 @@ class PolicyEvaluation(L.Callback):
         return metrics
 
 
+def new_evaluation(trainer: L.Trainer, read_frames: float | None) -> float | None:
+    """The ``eval/frames`` of the evaluation published in ``trainer.callback_metrics`` when it is not the one read
+    at ``read_frames`` (None before any is read); None when there is none or no new one."""
+    frames = trainer.callback_metrics.get("eval/frames")
+    return None if frames is None or float(frames) == read_frames else float(frames)
+
+
 def evaluations(trainer: L.Trainer) -> list[dict[str, float]]:
     """Every evaluation of the run's :class:`PolicyEvaluation` callbacks (metrics and ``frames``), in frame order;
     [] without one (or off rank 0, which alone evaluates)."""
