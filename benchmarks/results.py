@@ -53,8 +53,9 @@ def _rows(table: dict) -> dict[str | None, dict]:
 
 
 def summarise(evaluations: dict[int, dict]) -> dict:
-    """Per setting: each seed's trained row, the mean ± SE over seeds of their returns, and the reference rows of
-    the first seed's table (the same episodes for every seed)."""
+    """Per setting: each seed's trained row, the mean ± SE over seeds of their returns (and, under ``rates``, of
+    each 0/1 outcome's rate), and the reference rows of the first seed's table (the same episodes for every
+    seed)."""
     out: dict = {}
     for seed, table in evaluations.items():
         for setting, rows in _rows(table).items():
@@ -63,7 +64,11 @@ def summarise(evaluations: dict[int, dict]) -> dict:
                 k: v for k, v in rows.items() if k != name}})
             entry["seeds"][str(seed)] = rows[name]
     for entry in out.values():
-        entry["mean"], entry["se"] = _mean_se([row["mean_return"] for row in entry["seeds"].values()])
+        rows = list(entry["seeds"].values())
+        entry["mean"], entry["se"] = _mean_se([row["mean_return"] for row in rows])
+        rates = [key for key in rows[0] if key.endswith("_rate")]  # 0/1 outcomes, e.g. the hockey env's won_rate
+        if rates:
+            entry["rates"] = {key: dict(zip(("mean", "se"), _mean_se([row[key] for row in rows]))) for key in rates}
     return out
 
 
@@ -96,7 +101,8 @@ def main() -> None:
         json.dump(result, f, indent=1)
     for setting, entry in result["settings"].items():
         where = "" if setting == "None" else f" ({setting})"
-        print(f"{stem}{where}: {entry['policy']} {entry['mean']:.1f} ± {entry['se']:.1f} over seeds "
+        rates = "".join(f", {key} {100 * v['mean']:.1f} ± {100 * v['se']:.1f}%" for key, v in entry.get("rates", {}).items())
+        print(f"{stem}{where}: {entry['policy']} {entry['mean']:.1f} ± {entry['se']:.1f}{rates} over seeds "
               f"{', '.join(entry['seeds'])} (final policies, {args.episodes} episodes each)", file=sys.stderr)
     print(json.dumps(result))
 

@@ -1,6 +1,8 @@
 """Every README figure that cites a results file (``results/<config>-<date>.json``, written by
 ``benchmarks/results.py``) equals that file: each "M ± S on seeds a-b" is the mean ± standard error of those seeds'
-final policies in the file, and each "random R" its reference row; the docs' pages cite the same files."""
+final policies in the file ("M ± S% against <setting> on seeds a-b": the rate of the setting's 0/1 outcome, e.g. the
+hockey wins against one opponent), and each "random R" (or "random R% against <setting>") its reference row; the docs'
+pages cite the same files."""
 
 from __future__ import annotations
 
@@ -14,16 +16,30 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CITED = re.compile(r"`(results/[\w.-]+\.json)`")
-FIGURE = re.compile(r"(−?\d+(?:\.\d+)?) ± (\d+(?:\.\d+)?) on seeds (\d+)-(\d+)")
+NUMBER = r"−?\d+(?:\.\d+)?"
+# "M ± S on seeds a-b" (a return), "M ± S% against <setting> on seeds a-b" (an outcome's rate under one setting)
+FIGURE = re.compile(rf"({NUMBER}) ± (\d+(?:\.\d+)?)(%?)(?: against (\w+))? on seeds (\d+)-(\d+)")
 
 
 def _number(text: str) -> float:
     return float(text.replace("−", "-"))
 
 
+def _digits(text: str) -> int:
+    return len(text.split(".")[1]) if "." in text else 0
+
+
 def _rows() -> list[tuple[str, str]]:
     lines = (REPO / "README.md").read_text().splitlines()
     return [(m, line) for line in lines for m in CITED.findall(line)]
+
+
+def _value(row: dict, percent: str) -> float:
+    """A row's return, or (``percent``) its one 0/1 outcome's rate in %."""
+    if not percent:
+        return row["mean_return"]
+    (rate,) = [v for k, v in row.items() if k.endswith("_rate")]
+    return 100.0 * rate
 
 
 def test_readme_cites_results_files():
@@ -32,20 +48,20 @@ def test_readme_cites_results_files():
 
 @pytest.mark.parametrize("path, line", _rows(), ids=lambda v: v if v.startswith("results/") else "")
 def test_each_readme_figure_equals_its_results_file(path, line):
-    result = json.loads((REPO / path).read_text())
-    (entry,) = result["settings"].values()
-    seeds = {int(s): row["mean_return"] for s, row in entry["seeds"].items()}
+    settings = json.loads((REPO / path).read_text())["settings"]
     figures = FIGURE.findall(line)
     assert figures, f"no 'M ± S on seeds a-b' beside {path}"
-    for mean, se, first, last in figures:
-        values = [seeds[s] for s in range(int(first), int(last) + 1)]
-        digits = len(mean.split(".")[1]) if "." in mean else 0
+    for mean, se, percent, setting, first, last in figures:
+        entry = settings[setting or "None"]
+        values = [_value(entry["seeds"][str(s)], percent) for s in range(int(first), int(last) + 1)]
+        digits = _digits(mean)
         assert _number(mean) == round(statistics.fmean(values), digits), (path, mean, values)
         assert float(se) == round(statistics.stdev(values) / math.sqrt(len(values)), digits), (path, se, values)
-    for name, reference in entry.get("references", {}).items():
-        quoted = re.search(rf"{name} (−?\d+(?:\.\d+)?)", line)
-        if quoted:
-            digits = len(quoted.group(1).split(".")[1]) if "." in quoted.group(1) else 0
-            assert _number(quoted.group(1)) == round(reference["mean_return"], digits), (path, name)
+    for setting, entry in settings.items():
+        for name, reference in entry.get("references", {}).items():
+            for quoted, percent, where in re.findall(rf"\b{name} ({NUMBER})(%?)(?: against (\w+))?", line):
+                if (where or "None") == setting:
+                    expected = round(_value(reference, percent), _digits(quoted))
+                    assert _number(quoted) == expected, (path, name, setting)
     pages = [p for p in (REPO / "docs").rglob("*.md") if path in p.read_text()]
     assert pages, f"no docs page cites {path}"

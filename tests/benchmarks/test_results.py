@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from benchmarks.results import summarise
 from tests.pipelines.conftest import REPO, run_module
 
 
@@ -21,6 +22,25 @@ def test_results_file_holds_each_final_policy_and_their_mean(tmp_path):
     assert entry["policy"] == "ppo" and sorted(entry["seeds"]) == ["0", "1"]
     assert entry["mean"] == pytest.approx(sum(returns) / 2) and entry["se"] >= 0
     assert "random" in entry["references"] and result["episodes"] == 4
+
+
+def test_settings_get_their_own_figures_and_outcome_rates():
+    """An env evaluated under several settings (the hockey opponents): each setting's mean ± SE over seeds of the
+    returns and of each 0/1 outcome's rate, and its reference rows."""
+    def row(ret, won):
+        return {"mean_return": ret, "return_se": 0.1, "won_rate": won, "mean_steps": 90.0}
+
+    tables = {0: {"ppo": {"weak": row(9.0, 1.0), "strong": row(7.0, 0.9)},
+                  "random": {"weak": row(-1.0, 0.1), "strong": row(-2.0, 0.05)}},
+              1: {"ppo": {"weak": row(8.0, 0.98), "strong": row(6.0, 0.96)},
+                  "random": {"weak": row(-1.0, 0.1), "strong": row(-2.0, 0.05)}}}
+    out = summarise(tables)
+    assert sorted(out) == ["strong", "weak"]
+    strong = out["strong"]
+    assert strong["policy"] == "ppo" and strong["mean"] == pytest.approx(6.5) and strong["se"] == pytest.approx(0.5)
+    assert strong["rates"]["won_rate"]["mean"] == pytest.approx(0.93)
+    assert strong["rates"]["won_rate"]["se"] == pytest.approx(0.03)
+    assert strong["references"]["random"]["won_rate"] == 0.05 and out["weak"]["seeds"]["1"]["won_rate"] == 0.98
 
 
 @pytest.mark.slow
