@@ -1,7 +1,7 @@
 """Every README figure that cites a results file (``results/<config>-<date>.json``, written by
 ``benchmarks/results.py``) equals that file: each "M ± S on seeds a-b" is the mean ± standard error of those seeds'
-final policies in the file ("M ± S% against <setting> on seeds a-b": the rate of the setting's 0/1 outcome, e.g. the
-hockey wins against one opponent), and each "random R" (or "random R% against <setting>") its reference row; the docs'
+final policies in the file ("M ± S% against <setting> on seeds a-b": the setting's rate of wins, e.g. the hockey wins against one
+opponent), and each "random R" (or "random R% against <setting>") its reference row; the docs'
 pages cite the same files."""
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ def _rows() -> list[tuple[str, str]]:
 
 
 def _value(row: dict, percent: str) -> float:
-    """A row's return, or (``percent``) its one 0/1 outcome's rate in %."""
+    """A row's return, or (``percent``) its rate of wins in % (``won_rate``; else its one 0/1 outcome's rate)."""
     if not percent:
         return row["mean_return"]
-    (rate,) = [v for k, v in row.items() if k.endswith("_rate")]
+    rates = {k: v for k, v in row.items() if k.endswith("_rate")}
+    (rate,) = [rates["won_rate"]] if "won_rate" in rates else rates.values()
     return 100.0 * rate
 
 
