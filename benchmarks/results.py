@@ -68,7 +68,10 @@ def summarise(evaluations: dict[int, dict]) -> dict:
         entry["mean"], entry["se"] = _mean_se([row["mean_return"] for row in rows])
         rates = [key for key in rows[0] if key.endswith("_rate")]  # 0/1 outcomes, e.g. the hockey env's won_rate
         if rates:
-            entry["rates"] = {key: dict(zip(("mean", "se"), _mean_se([row[key] for row in rows]))) for key in rates}
+            entry["rates"] = {}
+            for key in rates:
+                mean, se = _mean_se([row[key] for row in rows])
+                entry["rates"][key] = {"mean": mean, "se": se}
     return out
 
 
@@ -101,7 +104,8 @@ def main() -> None:
         json.dump(result, f, indent=1)
     for setting, entry in result["settings"].items():
         where = "" if setting == "None" else f" ({setting})"
-        rates = "".join(f", {key} {100 * v['mean']:.1f} ± {100 * v['se']:.1f}%" for key, v in entry.get("rates", {}).items())
+        rates = "".join(f", {key} {100 * v['mean']:.1f} ± {100 * v['se']:.1f}%"
+                        for key, v in entry.get("rates", {}).items())
         print(f"{stem}{where}: {entry['policy']} {entry['mean']:.1f} ± {entry['se']:.1f}{rates} over seeds "
               f"{', '.join(entry['seeds'])} (final policies, {args.episodes} episodes each)", file=sys.stderr)
     print(json.dumps(result))
