@@ -1,7 +1,7 @@
 """Every README figure that cites a results file (``results/<config>-<date>.json``, written by
 ``benchmarks/results.py``) equals that file: each "M ± S on seeds a-b" is the mean ± standard error of those seeds'
-final policies in the file ("M ± S% against <setting> on seeds a-b": the setting's rate of wins, e.g. the hockey wins against one
-opponent), and each "random R" (or "random R% against <setting>") its reference row; the docs'
+final policies in the file ("M ± S% against <setting> on seeds a-b": the setting's rate of wins, e.g. the hockey
+wins against one opponent), and each "random R" (or "random R% against <setting>") its reference row; the docs'
 pages cite the same files."""
 
 from __future__ import annotations
