@@ -35,12 +35,8 @@ def _rows() -> list[tuple[str, str]]:
 
 
 def _value(row: dict, percent: str) -> float:
-    """A row's return, or (``percent``) its rate of wins in % (``won_rate``; else its one 0/1 outcome's rate)."""
-    if not percent:
-        return row["mean_return"]
-    rates = {k: v for k, v in row.items() if k.endswith("_rate")}
-    (rate,) = [rates["won_rate"]] if "won_rate" in rates else rates.values()
-    return 100.0 * rate
+    """A row's return, or (``percent``) its rate of wins in % (``won_rate``)."""
+    return 100.0 * row["won_rate"] if percent else row["mean_return"]
 
 
 def test_readme_cites_results_files():
@@ -58,11 +54,10 @@ def test_each_readme_figure_equals_its_results_file(path, line):
         digits = _digits(mean)
         assert _number(mean) == round(statistics.fmean(values), digits), (path, mean, values)
         assert float(se) == round(statistics.stdev(values) / math.sqrt(len(values)), digits), (path, se, values)
-    for setting, entry in settings.items():
-        for name, reference in entry.get("references", {}).items():
-            for quoted, percent, where in re.findall(rf"\b{name} ({NUMBER})(%?)(?: against (\w+))?", line):
-                if (where or "None") == setting:
-                    expected = round(_value(reference, percent), _digits(quoted))
-                    assert _number(quoted) == expected, (path, name, setting)
+    names = {name for entry in settings.values() for name in entry.get("references", {})}
+    for name in names:  # a quoted reference names a setting of the file (none: its only one) that has the row
+        for quoted, percent, where in re.findall(rf"\b{name} ({NUMBER})(%?)(?: against (\w+))?", line):
+            reference = settings[where or "None"]["references"][name]
+            assert _number(quoted) == round(_value(reference, percent), _digits(quoted)), (path, name, where)
     pages = [p for p in (REPO / "docs").rglob("*.md") if path in p.read_text()]
     assert pages, f"no docs page cites {path}"
