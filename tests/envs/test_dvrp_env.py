@@ -348,6 +348,20 @@ def test_the_improved_plan_pays_more_on_the_same_days():
     assert float(gain.mean()) > 80 and float(gain.mean()) > 3 * float(gain.std()) / 32 ** 0.5
 
 
+@pytest.mark.parametrize("name", ["dvrp", "dvrp_smoke", "dvrp_large", "dvrp_gpu"])
+def test_every_shipped_dvrp_config_pays_the_improved_plan(name):
+    """The issue's payment is the default of every DVRP config (the class's own defaults keep the insertion payment
+    for reproducing old figures): each config improves after every booking and re-optimises at the cut-off."""
+    import pathlib
+
+    import yaml
+
+    path = pathlib.Path(__file__).parents[2] / "configs" / f"{name}.yaml"
+    env = yaml.safe_load(path.read_text())["data"]["init_args"]["env"]["init_args"]
+    cfg = DVRPConfig(**{k: v for k, v in env.items() if k != "flexibility"})
+    assert cfg.improve_every >= 1 and cfg.improve_passes >= 1 and cfg.cutoff_sweeps >= 1, (name, env)
+
+
 # ----------------------------------------------------------------------------- customer types
 def test_acceptance_rule_follows_hidden_type():
     cfg = DVRPConfig()

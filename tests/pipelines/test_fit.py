@@ -192,6 +192,8 @@ def test_missing_oracle_checkpoint_is_rejected(tmp_path):
     missing = str(tmp_path / "no_oracle.ckpt")
     _fails_before_training(run_module("pipelines.fit", "--config", SMOKE,
                                       "--data.init_args.env.init_args.oracle=neural",
+                                      "--data.init_args.env.init_args.improve_every=0",  # (the insertion payment:
+                                      "--data.init_args.env.init_args.cutoff_sweeps=0",  # the neural oracle's)
                                       f"--data.init_args.env.init_args.oracle_checkpoint={missing}",
                                       f"--trainer.logger.init_args.save_dir={tmp_path}"), missing, "no such file")
 
