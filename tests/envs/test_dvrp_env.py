@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 import torch
 from tensordict import TensorDict
@@ -18,6 +20,7 @@ from envs.rng import episode_keys
 from tests.route_check import check_exported_plan
 
 REPORT = ("plan_cost_km", "served", "failure_rate", "refused")
+CONFIGS = pathlib.Path(__file__).parents[2] / "configs"
 
 
 class MaskedRandom(TensorDictModuleBase):
@@ -348,15 +351,13 @@ def test_the_improved_plan_pays_more_on_the_same_days():
     assert float(gain.mean()) > 80 and float(gain.mean()) > 3 * float(gain.std()) / 32 ** 0.5
 
 
-@pytest.mark.parametrize("name", ["dvrp", "dvrp_smoke", "dvrp_large", "dvrp_gpu"])
-def test_every_shipped_dvrp_config_pays_the_improved_plan(name):
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("dvrp*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_dvrp_config_pays_the_improved_plan(path):
     """The issue's payment is the default of every DVRP config (the class's own defaults keep the insertion payment
     for reproducing old figures): each config improves after every booking and re-optimises at the cut-off."""
-    import pathlib
-
     import yaml
 
-    path = pathlib.Path(__file__).parents[2] / "configs" / f"{name}.yaml"
+    name = path.stem
     env = yaml.safe_load(path.read_text())["data"]["init_args"]["env"]["init_args"]
     cfg = DVRPConfig(**{k: v for k, v in env.items() if k != "flexibility"})
     assert cfg.improve_every >= 1 and cfg.improve_passes >= 1 and cfg.cutoff_sweeps >= 1, (name, env)
