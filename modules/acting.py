@@ -49,7 +49,7 @@ class Acting:
         (:func:`modules.policy.exportable` of :attr:`collector_policy`), for ``pipelines.export``.
 
         Raises:
-            NotImplementedError: a module without a step-wise policy (REINFORCE's whole plans).
+            NotImplementedError: a policy with no plain module of fixed inputs under it (REINFORCE's routing policy).
         """
         return exportable(self.collector_policy)
 
@@ -71,9 +71,6 @@ class Acting:
         run (``envs.make_env``, ``data.make_eval_env``) hands it out, and writes ``action`` (``[*B]`` int64 for a
         discrete action, ``[*B, A]`` continuous, ``[*B, R]`` for R agents) and the policy's other outputs (PPO's
         ``action_log_prob`` and ``hidden``).
-
-        Raises:
-            NotImplementedError: a module without a step-wise policy (REINFORCE's whole plans).
         """
         mode = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
         return FixedExplorationPolicy(self.collector_policy, mode)
@@ -128,7 +125,6 @@ class Acting:
                 action (one line naming the expected keys, shapes and dtypes).
             RuntimeError: a module that records no env specs (built in Python and never shaped: see
                 :meth:`build_on`).
-            NotImplementedError: a module without a step-wise policy (REINFORCE's whole plans).
 
         A ``state`` or ``episode_start`` given to a policy that carries no state, a state of another shape or an
         ``episode_start`` of another length also raise ``ValueError``.

@@ -14,10 +14,13 @@ import copy
 import math
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
 from torch import Tensor
+from torchrl.envs.utils import ExplorationType, exploration_type
 
 from envs.restored import restored_mapping, restored_number
+from envs.vrptw.env import observed_construction
 from modules.base import RLModule
 from modules.checks import LEARNING_RATE, check_hparams
 from modules.routing import Rollout, RoutingPolicy
@@ -35,6 +38,32 @@ def paired_improvement_p_value(candidate: Tensor, baseline: Tensor) -> float:
     diff = (candidate - baseline).double()
     se = diff.std().clamp_min(1e-12) / diff.numel() ** 0.5
     return float(torch.special.ndtr(diff.mean() / se))
+
+
+class StepwiseRouting(TensorDictModuleBase):
+    """A :class:`~modules.routing.RoutingPolicy` acting one node per step on :class:`envs.vrptw.VRPTWEnv`
+    observations ``[B]`` (``pipelines.evaluate``, videos): the argmax of its masked pointer logits (a sample of
+    them under ``ExplorationType.RANDOM``), the node it would choose at that point of :meth:`RoutingPolicy.rollout`.
+    It encodes the instance again at every step (the training rollout encodes it once): the same decisions, for
+    evaluation only. Reads the env's observation entries (``in_keys``), writes ``action`` int64 ``[B]``; it cannot
+    be exported (``pipelines.export``: no plain module of fixed inputs under it)."""
+
+    in_keys = ["nodes", "present", "instance", "position", "vehicle", "visited", "action_mask"]
+    out_keys = ["action"]
+
+    def __init__(self, policy: RoutingPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    @torch.no_grad()
+    def forward(self, observation: TensorDictBase) -> TensorDictBase:
+        problem, state = observed_construction(observation)
+        logits = self.policy.logits(self.policy.encode(problem), problem, state)
+        if exploration_type() == ExplorationType.RANDOM:
+            action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1)
+        else:
+            action = logits.argmax(-1)
+        return observation.set("action", action)
 
 
 class REINFORCEModule(RLModule):
@@ -75,9 +104,10 @@ class REINFORCEModule(RLModule):
         self.baseline_updates = 0
 
     @property
-    def collector_policy(self):
-        raise NotImplementedError("REINFORCEModule builds whole plans in training_step (pipelines.episodes); "
-                                  "it has no step-wise collector policy")
+    def collector_policy(self) -> StepwiseRouting:
+        """The routing policy acting step by step on the VRPTW env (:class:`StepwiseRouting`; training builds
+        whole plans in ``training_step`` instead, from ``pipelines.episodes``)."""
+        return StepwiseRouting(self.policy)
 
     def _penalty(self) -> float:
         return float(self.trainer.datamodule.env_config.unserved_penalty)

@@ -108,7 +108,7 @@ def export(ckpt_path: str, fmt: str, out: str, batch_size: int = 1, device: str 
     Raises:
         ValueError: an unknown format or device, an unreadable checkpoint (:func:`read_module`), a module whose
             checkpoint records no env specs, or ``out`` (or its JSON) exists.
-        NotImplementedError: a module without a step-wise policy (REINFORCE).
+        NotImplementedError: a policy that cannot be exported (REINFORCE's routing policy).
         ImportError: ``onnx`` format without the ``onnx`` package (``pip install onnx``; ``.[export]``).
     """
     if fmt not in SUFFIX:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from envs.config import EnvConfig
 from envs.dvrp import DVRPConfig
-from envs.vrptw.env import VRPTWEnv
+from envs.vrptw.env import VRPTWEnv, nearest_neighbour
 from envs.vrptw.source import ServedSetInstances, check_policies
 
 
@@ -29,9 +29,16 @@ class VRPTWConfig(EnvConfig):
         early_return: may a route close while a customer could still be appended (the construction
             rule; keep it equal to the routing policy's).
 
+    ``pipelines.evaluate`` plays a trained routing policy step by step on :class:`~envs.vrptw.env.VRPTWEnv`
+    (greedy: the argmax node), beside the reference rules ``nearest`` (nearest neighbour) and ``random``; the
+    return is minus the plan's km and ``unserved_penalty`` per customer left at a dead end, and ``feasible_rate``
+    the share of complete plans.
+
     Raises:
         ValueError: an unknown policy, a negative penalty or a non-positive exponent (the message names the key).
     """
+
+    outcome_keys = ("feasible",)
 
     def __init__(self, dvrp: DVRPConfig, policies: Sequence[str] = ("fallback", "informed", "greedy", "random"),
                  stop_exponent: float = 1.0, unserved_penalty: float = 100.0, early_return: bool = False) -> None:
@@ -63,6 +70,10 @@ class VRPTWConfig(EnvConfig):
     def num_vehicles(self) -> int:
         """M, the most routes per plan."""
         return self.dvrp.num_vehicles
+
+    def baseline_policies(self) -> dict[str, Callable]:
+        """``nearest`` (the nearest-neighbour rule, :func:`~envs.vrptw.env.nearest_neighbour`) and ``random``."""
+        return {"nearest": lambda env, seed: nearest_neighbour, **super().baseline_policies()}
 
     def make(self, num_envs: int, seed: int, device: torch.device | str = "cpu",
              models: dict | None = None) -> VRPTWEnv:

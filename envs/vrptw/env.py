@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 from torchrl.data import Binary, Categorical, Composite, Unbounded
 
@@ -42,6 +42,7 @@ class VRPTWEnv(NativeBatchedEnv):
         * ``position`` int64 ``[B]``: current node.
         * ``vehicle`` ``[B, 4]``: time after service at the current node, route load, routes started,
           distance so far (km).
+        * ``visited`` bool ``[B, 1 + N]``: served customers (absent slots and the depot count as visited).
         * ``action_mask`` bool ``[B, 1 + N]`` (True = allowed): see the construction rules.
         * ``info``: ``route_km``, ``unserved`` (customers left at a dead end) and ``feasible``
           (1.0 / 0.0), each ``[B, 1]``.
@@ -82,6 +83,7 @@ class VRPTWEnv(NativeBatchedEnv):
             instance=Unbounded(shape=(b, 3), **f32),
             position=Unbounded(shape=(b,), dtype=torch.int64, device=self.device),
             vehicle=Unbounded(shape=(b, 4), **f32),
+            visited=Binary(n=s, shape=(b, s), dtype=torch.bool, device=self.device),
             action_mask=Binary(n=s, shape=(b, s), dtype=torch.bool, device=self.device),
             info=Composite({k: Unbounded(shape=(b, 1), **f32) for k in INFO_KEYS}, shape=(b,)),
             shape=(b,),
@@ -124,4 +126,40 @@ class VRPTWEnv(NativeBatchedEnv):
         info = TensorDict(route_km=s.length.float().unsqueeze(-1), unserved=s.unserved().float().unsqueeze(-1),
                             feasible=s.feasible.float().unsqueeze(-1), batch_size=[b])
         return TensorDict(nodes=nodes, present=p["present"].clone(), instance=instance, position=s.pos.clone(),
-                          vehicle=vehicle, action_mask=s.mask.clone(), info=info, batch_size=[b])
+                          vehicle=vehicle, visited=s.visited.clone(), action_mask=s.mask.clone(), info=info,
+                          batch_size=[b])
+
+
+def observed_construction(observation: TensorDictBase) -> tuple[TensorDict, construction.ConstructionState]:
+    """The problem ``[B]`` (:mod:`envs.routing.problem`, float32) and the construction state a
+    :class:`VRPTWEnv` observation shows, for a policy that decides from the observation alone (the
+    step-wise routing policy of ``pipelines.evaluate``, the nearest-neighbour rule).
+
+    The state's ``steps``, ``done`` and ``feasible`` are not observed (zeros / False / True): no decision
+    rule reads them.
+    """
+    nodes, instance, vehicle = observation["nodes"], observation["instance"], observation["vehicle"]
+    problem = TensorDict({"loc": nodes[..., :2], **{k: nodes[..., 2 + i] for i, k in enumerate(NODE_FIELDS)},
+                          "present": observation["present"], "horizon": instance[:, 0], "capacity": instance[:, 1],
+                          "num_vehicles": instance[:, 2].round().long()}, batch_size=observation.batch_size)
+    b = observation.batch_size[0]
+    state = construction.ConstructionState(
+        pos=observation["position"], time=vehicle[:, 0], load=vehicle[:, 1], used=vehicle[:, 2].round().long(),
+        visited=observation["visited"], length=vehicle[:, 3],
+        steps=torch.zeros(b, dtype=torch.long, device=nodes.device),
+        done=torch.zeros(b, dtype=torch.bool, device=nodes.device),
+        feasible=torch.ones(b, dtype=torch.bool, device=nodes.device), mask=observation["action_mask"])
+    return problem, state
+
+
+def nearest_neighbour(observation: TensorDictBase) -> TensorDictBase:
+    """The nearest-neighbour construction rule (Solomon 1987's simplest route-building heuristic): the allowed
+    customer nearest the current node (km), else the depot (closing the route). Writes ``action`` int64 ``[B]``
+    into ``observation`` (a :class:`VRPTWEnv` one, ``[B]``) and returns it."""
+    loc, pos, mask = observation["nodes"][..., :2], observation["position"], observation["action_mask"]
+    here = loc.gather(1, pos.view(-1, 1, 1).expand(-1, 1, 2))
+    dist = torch.linalg.vector_norm(loc - here, dim=-1)
+    customers = mask.clone()
+    customers[:, 0] = False
+    nearest = dist.masked_fill(~customers, torch.inf).argmin(-1)
+    return observation.set("action", torch.where(customers.any(-1), nearest, 0))

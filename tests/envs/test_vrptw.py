@@ -12,7 +12,7 @@ from envs.dvrp import DVRPConfig
 from envs.routing import construction
 from envs.routing.problem import distance_matrix, make_problem
 from envs.vrptw.config import VRPTWConfig
-from envs.vrptw.env import VRPTWEnv
+from envs.vrptw.env import VRPTWEnv, nearest_neighbour, observed_construction
 from envs.vrptw.source import ServedSetInstances
 
 
@@ -125,3 +125,47 @@ def test_unknown_source_policy_is_named():
 def test_distance_matrix():
     d = distance_matrix(torch.tensor([[[0.0, 0.0], [3.0, 4.0]]]))
     assert d.tolist() == [[[0.0, 5.0], [5.0, 0.0]]]
+
+
+def test_the_observation_gives_back_the_construction_state(config):
+    """The problem and state read from an observation give the env's own mask again, at every step of random
+    episodes (what a policy deciding from the observation relies on)."""
+    env = make_env(config, num_envs=8, seed=5)
+    rollout = env.rollout(30, break_when_any_done=False)
+    for t in range(rollout.shape[-1]):
+        obs = rollout[:, t]
+        problem, state = observed_construction(obs)
+        dist = distance_matrix(problem["loc"])
+        mask = construction.customer_mask(problem, dist, state.pos, state.time, state.load, state.used,
+                                          state.visited, construction.default_margin(torch.float32))
+        assert torch.equal(mask[:, 1:], obs["action_mask"][:, 1:])
+        assert not (obs["action_mask"][:, 1:] & state.visited[:, 1:]).any(), "a served customer is offered"
+        assert state.visited[:, 0].all() and (state.visited | problem["present"]).all()
+
+
+def test_nearest_neighbour_takes_the_nearest_allowed_customer(config):
+    """Every step of the rule is the allowed customer nearest the current node (checked one row at a time in
+    float64), the depot only when no customer is allowed, and its plans cost what the env says."""
+    env = make_env(config, num_envs=8, seed=7)
+    td, finished = env.reset(), 0
+    for _ in range(40):
+        chosen = nearest_neighbour(td.clone())["action"]
+        for row in range(8):
+            mask, loc = td["action_mask"][row], td["nodes"][row, :, :2].double()
+            here = loc[td["position"][row]]
+            allowed = [i for i in range(1, mask.numel()) if mask[i]]
+            if not allowed:
+                assert chosen[row] == 0
+                continue
+            km = {i: float(torch.linalg.vector_norm(loc[i] - here)) for i in allowed}
+            assert km[int(chosen[row])] <= min(km.values()) + 1e-4
+        td["action"] = chosen
+        step = env.step(td)
+        finished += int(step["next", "done"].sum())
+        td = env.maybe_reset(step["next"].exclude("reward", "done", "terminated", "truncated"))
+    assert finished >= 8
+
+
+def test_evaluation_references_are_nearest_and_random(config):
+    assert list(config.baseline_policies()) == ["nearest", "random"]
+    assert config.outcome_keys == ("feasible",)

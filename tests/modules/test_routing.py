@@ -11,8 +11,9 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from envs.dvrp import DVRPConfig
+from envs.vrptw.env import VRPTWEnv
 from envs.vrptw.source import ServedSetInstances
-from modules.reinforce import paired_improvement_p_value
+from modules.reinforce import StepwiseRouting, paired_improvement_p_value
 from modules.routing import RoutingPolicy
 from pipelines.env_models import load_exported_model
 from pipelines.fit import main
@@ -91,6 +92,29 @@ def test_sampling_gives_log_probs_and_gradients(problems):
     assert (out.steps > 0).all()
 
 
+def test_stepwise_policy_on_the_env_builds_the_greedy_rollouts_plans():
+    """Acting one node per step on the VRPTW env's observations (what ``pipelines.evaluate`` plays), the policy
+    chooses the nodes of its whole-plan greedy rollout, and the env's plan costs what the rollout's does."""
+    torch.manual_seed(1)
+    policy = RoutingPolicy(embed_dim=32, num_heads=4, num_layers=1)
+    source = ServedSetInstances(DVRPConfig(num_customers=12, num_vehicles=2))
+    env = VRPTWEnv(source, num_envs=16, seed=3)
+    expected = policy.rollout(env.problem.clone(), "greedy")
+    stepwise, td, actions = StepwiseRouting(policy), env.reset(), []
+    done = torch.zeros(16, dtype=torch.bool)
+    while not bool(done.all()):
+        step = env.step(stepwise(td))
+        actions.append(torch.where(done, 0, step["action"]))
+        done = done | step["next", "done"].squeeze(-1)
+        td = step["next"]
+        if bool(done.all()):
+            info = td["info"]
+    assert torch.equal(torch.stack(actions, 1), expected.actions[:, :len(actions)])
+    assert (expected.actions[:, len(actions):] == 0).all()
+    assert torch.equal(info["feasible"].squeeze(-1).bool(), expected.feasible)
+    assert torch.allclose(info["route_km"].squeeze(-1), expected.length.float())
+
+
 def test_paired_p_value():
     base = torch.linspace(10, 20, 200)
     assert paired_improvement_p_value(base - 1.0 + 0.01 * torch.randn(200), base) < 1e-6
@@ -114,3 +138,9 @@ def test_smoke_training_improves_greedy_cost(tmp_path):
     with torch.no_grad():
         trained = cli.model.greedy_costs(policy, problems)[0].mean()
     assert float(trained) < untrained
+    # pipelines.evaluate plays the final policy step by step beside the reference rules, on the same episodes
+    from pipelines import evaluate
+    table = evaluate.main(["--ckpt_path", str(log_dir / "checkpoints" / "last.ckpt"), "--episodes", "48"])
+    assert list(table) == ["reinforce", "nearest", "random"]
+    assert all(0.0 <= row["feasible_rate"] <= 1.0 for row in table.values())
+    assert table["reinforce"]["mean_return"] > table["random"]["mean_return"]

@@ -116,7 +116,7 @@ def test_export_refuses_to_overwrite_and_default_folder(smoke_run, tmp_path):
     assert again.returncode == 2 and "exists" in again.stderr
 
 
-def test_reinforce_has_no_step_policy_to_export():
+def test_reinforce_routing_policy_is_not_exportable():
     from modules.reinforce import REINFORCEModule
     from modules.routing import RoutingPolicy
 
