@@ -9,27 +9,36 @@ import numpy as np
 
 from pipelines.scalars import read_scalars
 
-FALLBACK_METRIC = "rollout/episode_return"
+# the metric summarised when none is given: the first of these that every run logged (returns first; REINFORCE's
+# routing runs log no return but the greedy plans' cost on their validation set)
+DEFAULT_METRICS = ("eval/episode_return", "rollout/episode_return", "eval/cost_km")
+LOWER_IS_BETTER = ("cost", "loss", "km")  # a metric whose last name part holds one of these: its best is its least
+
+
+def lower_is_better(metric: str) -> bool:
+    """Whether ``metric``'s best value is its least (a cost, a loss, a distance), else its greatest."""
+    return any(word in metric.rsplit("/", 1)[-1] for word in LOWER_IS_BETTER)
 
 
 def summarise(folders: dict[int, str], metric: str | None) -> dict:
-    """Per seed the final and best value of ``metric`` and the frames of its last point, and the mean ± standard
-    error of the final values over seeds (``metric`` None: ``eval/episode_return`` where every run logged it, else
-    ``rollout/episode_return``).
+    """Per seed the final and best value of ``metric`` (best: the greatest, the least for a cost, loss or
+    distance, :func:`lower_is_better`) and the frames of its last point, and the mean ± standard error of the final
+    values over seeds (``metric`` None: the first of :data:`DEFAULT_METRICS` every run logged).
 
     Raises:
-        ValueError: a run without that metric (names the seed and the metrics it has).
+        ValueError: a run without that metric, or without any default one (names the seed and the metrics it has).
     """
     curves = {seed: read_scalars(folder) for seed, folder in folders.items()}
     if metric is None:
-        metric = "eval/episode_return" if all("eval/episode_return" in c for c in curves.values()) else FALLBACK_METRIC
+        metric = next((m for m in DEFAULT_METRICS if all(m in c for c in curves.values())), DEFAULT_METRICS[0])
     rows = {}
     for seed, scalars in curves.items():
         if metric not in scalars:
             raise ValueError(f"seed {seed} ({folders[seed]}) logged no {metric!r}; "
                              f"it has: {', '.join(sorted(scalars))}")
         steps, values = scalars[metric]
-        rows[seed] = {"final": float(values[-1]), "best": float(values.max()), "frames": int(steps[-1])}
+        best = values.min() if lower_is_better(metric) else values.max()
+        rows[seed] = {"final": float(values[-1]), "best": float(best), "frames": int(steps[-1])}
     finals = np.array([row["final"] for row in rows.values()])
     se = float(finals.std(ddof=1) / math.sqrt(len(finals))) if len(finals) > 1 else float("nan")
     return {"metric": metric, "seeds": rows, "mean": float(finals.mean()), "se": se,

@@ -9,8 +9,9 @@ Seed S is ``pipelines.fit --config ... --seed_everything=S`` (one seed seeds the
 ``DIR/seed_<S>/fit.log``; ``--parallel N`` runs N at once (each with the config's ``num_threads``, its idle threads
 sleeping at once: :func:`pipelines.threads.side_by_side_env`). Then the summary, from each run's TensorBoard files:
 the final and the best value of ``--metric`` (default ``eval/episode_return``, else ``rollout/episode_return`` where
-a run has no evaluations) per seed, their mean ± standard error over seeds, and ``DIR/curves.png``, the metric
-against collected frames for every seed and their mean. The last stdout line is one JSON object (also written to
+a run has no evaluations, else ``eval/cost_km`` for a routing oracle's REINFORCE run, whose best is its least) per
+seed, their mean ± standard error over seeds, and ``DIR/curves.png``, the metric against collected frames for every
+seed and their mean. The last stdout line is one JSON object (also written to
 ``DIR/summary.json``).
 
 A seed whose folder holds a finished run (``DIR/seed_<S>/finished``) is read, not run again, so a study can be
@@ -49,7 +50,7 @@ from pipelines.console import json_line, rounded  # noqa: E402
 from pipelines.fit_settings import fit_settings  # noqa: E402
 from pipelines.run_config import FIT_KEYS, CommandParser, parse_with_fit_keys  # noqa: E402
 from pipelines.seed_fits import Stopped, run_fits  # noqa: E402
-from pipelines.seed_summary import FALLBACK_METRIC, plot, summarise  # noqa: E402
+from pipelines.seed_summary import DEFAULT_METRICS, plot, summarise  # noqa: E402
 from pipelines.settings import (  # noqa: E402
     SETTINGS_FILE,
     SettingsMismatch,
@@ -173,8 +174,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seeds", type=int, nargs="+", required=True, help="the seeds (seed_everything values)")
     parser.add_argument("--parallel", type=int, default=1, help="fits at once (default 1)")
     parser.add_argument("--out", default=None, help="the study's folder (default runs/seeds/<config stem>)")
-    parser.add_argument("--metric", default=None, help="the scalar summarised (default eval/episode_return, else "
-                                                       f"{FALLBACK_METRIC})")
+    parser.add_argument("--metric", default=None, help="the scalar summarised (default: the first of "
+                        f"{', '.join(DEFAULT_METRICS)} that every seed logged)")
     args, overrides = parse_with_fit_keys(parser, argv, tuple(k for k in FIT_KEYS if k != "--seed_everything"))
     if args.parallel < 1 or len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--parallel must be >= 1 and --seeds distinct (got {args.parallel}, {args.seeds})")

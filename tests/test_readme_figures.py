@@ -1,8 +1,8 @@
 """Every README figure that cites a results file (``results/<config>-<date>.json``, written by
 ``benchmarks/results.py``) equals that file: each "M ± S on seeds a-b" is the mean ± standard error of those seeds'
 final policies in the file ("M ± S% against <setting> on seeds a-b": the setting's rate of wins, e.g. the hockey
-wins against one opponent), and each "random R" (or "random R% against <setting>") its reference row; the docs'
-pages cite the same files."""
+wins against one opponent; "M ± S% <outcome> on seeds a-b": the rate of another outcome, e.g. feasible plans), and
+each "random R" (or "random R% against <setting>") its reference row; the docs' pages cite the same files."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 CITED = re.compile(r"`(results/[\w.-]+\.json)`")
 NUMBER = r"−?\d+(?:\.\d+)?"
-# "M ± S on seeds a-b" (a return), "M ± S% against <setting> on seeds a-b" (an outcome's rate under one setting)
-FIGURE = re.compile(rf"({NUMBER}) ± (\d+(?:\.\d+)?)(%?)(?: against (\w+))? on seeds (\d+)-(\d+)")
+# "M ± S on seeds a-b" (a return), "M ± S% against <setting> on seeds a-b" (the rate of wins under one setting),
+# "M ± S% <outcome> on seeds a-b" (the rate of another 0/1 outcome, e.g. the routing oracle's feasible plans)
+FIGURE = re.compile(rf"({NUMBER}) ± (\d+(?:\.\d+)?)(%?)(?: (?!against\b)(\w+))?(?: against (\w+))? on seeds "
+                    rf"(\d+)-(\d+)")
 
 
 def _number(text: str) -> float:
@@ -34,9 +36,16 @@ def _rows() -> list[tuple[str, str]]:
     return [(m, line) for line in lines for m in CITED.findall(line)]
 
 
-def _value(row: dict, percent: str) -> float:
-    """A row's return, or (``percent``) its rate of wins in % (``won_rate``)."""
-    return 100.0 * row["won_rate"] if percent else row["mean_return"]
+def _rounds_to(quoted: float, value: float, digits: int) -> bool:
+    """Whether ``quoted`` is ``value`` rounded to ``digits`` decimals (a value half-way, such as 66.25 to one
+    decimal, may be rounded either way: its float may lie on either side)."""
+    return abs(quoted - value) <= 0.5 * 10.0 ** -digits + 1e-9
+
+
+def _value(row: dict, percent: str, outcome: str = "") -> float:
+    """A row's return, or (``percent``) its rate of ``outcome`` in % (``<outcome>_rate``; default the wins,
+    ``won_rate``)."""
+    return 100.0 * row[f"{outcome or 'won'}_rate"] if percent else row["mean_return"]
 
 
 def test_readme_cites_results_files():
@@ -48,16 +57,16 @@ def test_each_readme_figure_equals_its_results_file(path, line):
     settings = json.loads((REPO / path).read_text())["settings"]
     figures = FIGURE.findall(line)
     assert figures, f"no 'M ± S on seeds a-b' beside {path}"
-    for mean, se, percent, setting, first, last in figures:
+    for mean, se, percent, outcome, setting, first, last in figures:
         entry = settings[setting or "None"]
-        values = [_value(entry["seeds"][str(s)], percent) for s in range(int(first), int(last) + 1)]
+        values = [_value(entry["seeds"][str(s)], percent, outcome) for s in range(int(first), int(last) + 1)]
         digits = _digits(mean)
-        assert _number(mean) == round(statistics.fmean(values), digits), (path, mean, values)
-        assert float(se) == round(statistics.stdev(values) / math.sqrt(len(values)), digits), (path, se, values)
+        assert _rounds_to(_number(mean), statistics.fmean(values), digits), (path, mean, values)
+        assert _rounds_to(float(se), statistics.stdev(values) / math.sqrt(len(values)), digits), (path, se, values)
     names = {name for entry in settings.values() for name in entry.get("references", {})}
     for name in names:  # a quoted reference names a setting of the file (none: its only one) that has the row
         for quoted, percent, where in re.findall(rf"\b{name} ({NUMBER})(%?)(?: against (\w+))?", line):
             reference = settings[where or "None"]["references"][name]
-            assert _number(quoted) == round(_value(reference, percent), _digits(quoted)), (path, name, where)
+            assert _rounds_to(_number(quoted), _value(reference, percent), _digits(quoted)), (path, name, where)
     pages = [p for p in (REPO / "docs").rglob("*.md") if path in p.read_text()]
     assert pages, f"no docs page cites {path}"

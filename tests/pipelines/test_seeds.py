@@ -254,3 +254,26 @@ def test_curves_of_one_evaluation_per_seed_show_a_point_per_seed(tmp_path):
     seed_0 = np.array([0x1F, 0x77, 0xB4]) / 255  # matplotlib's first colour, seed 0's
     near = np.abs(image - seed_0).max(-1) < 0.15
     assert near.sum() > 5, "seed 0's point is not drawn"
+
+
+def test_a_routing_oracles_seeds_summarise_their_plan_cost_whose_best_is_the_least(tmp_path):
+    """REINFORCE routing runs log no return: the summary takes their greedy plans' cost (``eval/cost_km``), and
+    the best of a cost is its least (the study ended on an error naming the return it lacked)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from pipelines.seed_summary import summarise
+
+    folders = {}
+    for seed, costs in ((0, [900.0, 700.0, 750.0]), (1, [880.0, 720.0, 690.0])):
+        folders[seed] = str(tmp_path / f"seed_{seed}")
+        with SummaryWriter(folders[seed]) as writer:
+            for step, cost in enumerate(costs):
+                writer.add_scalar("eval/cost_km", cost, (step + 1) * 1000)
+                writer.add_scalar("train/loss", 1.0, (step + 1) * 1000)
+    summary = summarise(folders, None)
+    assert summary["metric"] == "eval/cost_km"
+    assert summary["seeds"][0] == {"final": 750.0, "best": 700.0, "frames": 3000}
+    assert summary["seeds"][1]["best"] == 690.0 and summary["mean"] == pytest.approx(720.0)
+    assert summarise(folders, "train/loss")["seeds"][0]["best"] == 1.0
+    with pytest.raises(ValueError, match="logged no 'eval/episode_return'; it has: eval/cost_km, train/loss"):
+        summarise({0: folders[0], 2: str(tmp_path / "empty")}, None)
