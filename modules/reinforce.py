@@ -42,8 +42,9 @@ def paired_improvement_p_value(candidate: Tensor, baseline: Tensor) -> float:
 
 class StepwiseRouting(TensorDictModuleBase):
     """A :class:`~modules.routing.RoutingPolicy` acting one node per step on :class:`envs.vrptw.VRPTWEnv`
-    observations ``[B]`` (``pipelines.evaluate``, videos): the argmax of its masked pointer logits (a sample of
-    them under ``ExplorationType.RANDOM``), the node it would choose at that point of :meth:`RoutingPolicy.rollout`.
+    observations ``[B]`` (``pipelines.evaluate``, ``module.torchrl_policy()``): the argmax of its masked pointer
+    logits (a sample of them under ``ExplorationType.RANDOM``), the node it would choose at that point of
+    :meth:`RoutingPolicy.rollout`.
     It encodes the instance again at every step (the training rollout encodes it once): the same decisions, for
     evaluation only. Reads the env's observation entries (``in_keys``), writes ``action`` int64 ``[B]``; it cannot
     be exported (``pipelines.export``: no plain module of fixed inputs under it)."""
