@@ -140,12 +140,12 @@ def test_the_observation_gives_back_the_construction_state(config):
                                           state.visited, construction.default_margin(torch.float32))
         assert torch.equal(mask[:, 1:], obs["action_mask"][:, 1:])
         assert not (obs["action_mask"][:, 1:] & state.visited[:, 1:]).any(), "a served customer is offered"
-        assert state.visited[:, 0].all() and (state.visited | problem["present"]).all()
+        assert state.visited[:, 0].all() and state.visited[~problem["present"]].all(), "absent slots count as visited"
 
 
 def test_nearest_neighbour_takes_the_nearest_allowed_customer(config):
     """Every step of the rule is the allowed customer nearest the current node (checked one row at a time in
-    float64), the depot only when no customer is allowed, and its plans cost what the env says."""
+    float64), the depot only when no customer is allowed."""
     env = make_env(config, num_envs=8, seed=7)
     td, finished = env.reset(), 0
     for _ in range(40):
@@ -164,8 +164,3 @@ def test_nearest_neighbour_takes_the_nearest_allowed_customer(config):
         finished += int(step["next", "done"].sum())
         td = env.maybe_reset(step["next"].exclude("reward", "done", "terminated", "truncated"))
     assert finished >= 8
-
-
-def test_evaluation_references_are_nearest_and_random(config):
-    assert list(config.baseline_policies()) == ["nearest", "random"]
-    assert config.outcome_keys == ("feasible",)
