@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 import gymnasium as gym
 import numpy as np
 
-from envs.processes import dying_with_this_process
+from envs.processes import dying_with_this_process, without_main_module
 
 ALE_PREFIX = "ALE/"
 IMPORT_COMMAND = "python -m pipelines.import_roms DIR"
@@ -289,8 +289,8 @@ def game_spaces(game: str, game_fn) -> tuple[gym.Space, gym.Space]:
     """The observation and action spaces of ``game_fn()`` (an emulator of ``game``): read in this process where it
     may hold the emulator (:func:`claim_in_process_emulator`), else in a spawned child process."""
     if not claim_in_process_emulator(game):
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=dying_with_this_process()) as pool:
+        with without_main_module(), ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                        initializer=dying_with_this_process()) as pool:
             return pool.submit(_spaces_of, game_fn).result()
     try:
         return _spaces_of(game_fn)
@@ -348,10 +348,11 @@ def ale_vector_env(game: str, num_envs: int, frame_skip: int = 4, noop_max: int 
 def vector_env(game_fn, num_envs: int, asynchronous: bool, spaces: tuple[gym.Space, gym.Space]) -> gym.vector.VectorEnv:
     """``num_envs`` copies of ``game_fn()`` (a picklable zero-argument callable; its game's ``spaces``) as one gymnasium
     vector env with same-step autoreset: in this process (``SyncVectorEnv``) or one process per copy
-    (``AsyncVectorEnv``, spawned: each child imports this module, gymnasium and the emulator, no torch; observations
-    through shared memory)."""
+    (``AsyncVectorEnv``, spawned: each child imports this module, gymnasium and the emulator, not the program's main
+    module (:func:`envs.processes.without_main_module`), so no torch; observations through shared memory)."""
     autoreset = gym.vector.AutoresetMode.SAME_STEP
     if asynchronous:
-        return gym.vector.AsyncVectorEnv([_InChild(game_fn, spaces, os.getpid())] * num_envs, shared_memory=True,
-                                         context="spawn", autoreset_mode=autoreset)
+        with without_main_module():
+            return gym.vector.AsyncVectorEnv([_InChild(game_fn, spaces, os.getpid())] * num_envs, shared_memory=True,
+                                             context="spawn", autoreset_mode=autoreset)
     return gym.vector.SyncVectorEnv([game_fn] * num_envs, autoreset_mode=autoreset)

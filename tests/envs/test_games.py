@@ -4,6 +4,11 @@ for a bad game, a missing ROM or a bad action set, raised before any work."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -12,6 +17,7 @@ from torchrl.envs.utils import check_env_specs
 
 from envs import make_env, unwrap
 from envs.games import GameConfig, ResizeFrames, emulators
+from tests.pipelines.conftest import REPO
 
 AIRSTRIKER = "Airstriker-Genesis-v0"
 PONG = "ALE/Pong-v5"
@@ -216,3 +222,34 @@ def test_ales_native_vector_backend_plays_the_same_games():
     assert (native - ours).abs().mean() < 2.0  # grey levels of 0..255
     with pytest.raises(ValueError, match="ale_vector plays ALE games only"):
         GameConfig(AIRSTRIKER, backend="ale_vector")
+
+
+EMULATOR_CHILDREN = textwrap.dedent("""
+    import os, sys
+    import torch  # the main module imports torch, as pipelines.evaluate does
+    from envs import make_env, unwrap
+    from envs.games import GameConfig
+    if __name__ == "__main__":
+        env = make_env(GameConfig("Airstriker-Genesis-v0"), 2, 0)
+        try:
+            env.reset()
+            for process in unwrap(env).vector.processes:
+                with open(f"/proc/{process.pid}/maps") as f:
+                    print(process.pid, "libtorch" in f.read())
+        finally:
+            env.close()
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_emulator_processes_do_not_import_the_programs_main_module(tmp_path):
+    """A retro env of several rows runs one spawned process per emulator; spawn would first import the program's
+    main module (torch and Lightning for ``pipelines.evaluate``: 220 MB a process, 100 of them filled the machine),
+    which ``envs.processes.without_main_module`` keeps out: no emulator process maps libtorch."""
+    script = tmp_path / "main.py"
+    script.write_text(EMULATOR_CHILDREN)
+    out = subprocess.run([sys.executable, str(script)], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, timeout=110)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split() for line in out.stdout.splitlines()]
+    assert len(rows) == 2 and all(imported == "False" for _, imported in rows), out.stdout
