@@ -53,8 +53,8 @@ def without_main_module():
     """Processes started by ``multiprocessing``'s spawn within this block do not import this program's main module.
 
     A spawned child first imports the parent's ``__main__`` (by its module name under ``python -m``, else by its
-    path); for a command such as ``pipelines.evaluate`` that is torch and Lightning, about 220 MB per child where a
-    game's emulator process needs 40 MB (100 emulator processes filled a 24 GB machine). Within the block the
+    path); for a command such as ``pipelines.evaluate`` that is torch and Lightning: a game's emulator process held
+    330 MB resident, 60 MB without it (100 of them filled a 24 GB machine). Within the block the
     main module shows neither its ``__spec__`` nor its ``__file__``, so ``multiprocessing.spawn`` records neither;
     the child's target and arguments must then be importable without the main module (their own modules'
     functions and classes). Restored on leaving, also on an error.

@@ -225,7 +225,6 @@ def test_ales_native_vector_backend_plays_the_same_games():
 
 
 EMULATOR_CHILDREN = textwrap.dedent("""
-    import os, sys
     import torch  # the main module imports torch, as pipelines.evaluate does
     from envs import make_env, unwrap
     from envs.games import GameConfig
@@ -244,7 +243,8 @@ EMULATOR_CHILDREN = textwrap.dedent("""
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_emulator_processes_do_not_import_the_programs_main_module(tmp_path):
     """A retro env of several rows runs one spawned process per emulator; spawn would first import the program's
-    main module (torch and Lightning for ``pipelines.evaluate``: 220 MB a process, 100 of them filled the machine),
+    main module (torch and Lightning for ``pipelines.evaluate``: 330 MB resident a process where 60 MB serve, 100 of
+    them filled the machine),
     which ``envs.processes.without_main_module`` keeps out: no emulator process maps libtorch."""
     script = tmp_path / "main.py"
     script.write_text(EMULATOR_CHILDREN)
