@@ -2,15 +2,16 @@
 ``last.ckpt`` (not its best checkpoint) with ``pipelines.evaluate`` on held-out episodes, and write one dated JSON.
 
     python benchmarks/results.py --config configs/pendulum_ppo.yaml --seeds 0 1 2 3 4 [--parallel 2]
-        [--episodes 100] [--out results] [--runs runs/results] [fit overrides, e.g. --data.init_args.total_frames=...]
+        [--episodes 100] [--num_envs 256] [--out results] [--runs runs/results]
+        [fit overrides, e.g. --data.init_args.total_frames=...]
 
 The seeds run as ``pipelines.seeds`` runs them (their folders under ``runs/results/<config stem>``, a finished seed
 read back rather than run again); each final policy plays ``--episodes`` episodes of ``pipelines.evaluate`` (its
-held-out evaluation seed), beside the env's reference policies on the same episodes. The file
-``<out>/<config stem>-<date>.json`` holds each seed's return ± SE over its episodes, the mean ± SE over seeds of
-those returns (the figure to publish), every reference row, the machine and the command; its content is also the
-last stdout line. For an env that evaluates under several settings (the hockey opponents) each setting has its own
-figures.
+held-out evaluation seed, ``--num_envs`` episodes at once), beside the env's reference policies on the same
+episodes. The file ``<out>/<config stem>-<date>.json`` holds each seed's return ± SE over its episodes, the mean ± SE
+over seeds of those returns (the figure to publish; the SE is null for one seed), every reference row, the machine
+and the command; its content is also the last stdout line. For an env that evaluates under several settings (the
+hockey opponents) each setting has its own figures.
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ def _call(main, *args: str) -> dict:
         return main(list(args))
 
 
-def _mean_se(values: list[float]) -> tuple[float, float]:
+def _mean_se(values: list[float]) -> tuple[float, float | None]:
+    """The mean and its standard error (None for one value: no SE over seeds)."""
     mean = sum(values) / len(values)
     if len(values) < 2:
-        return mean, 0.0
+        return mean, None
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values))
 
 
@@ -81,9 +83,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", required=True)
     parser.add_argument("--parallel", type=int, default=1)
     parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--num_envs", type=int, default=256,
+                        help="episodes played at once (pipelines.evaluate's --num_envs; fewer for envs whose rows are "
+                             "processes, e.g. emulators: each row steps until the longest episode ends)")
     parser.add_argument("--out", default=os.path.join(ROOT, "results"))
     parser.add_argument("--runs", default=os.path.join(ROOT, "runs", "results"), help="where the seeds' runs go")
     args, overrides = parser.parse_known_args()
+    if args.num_envs < 1:
+        parser.error(f"--num_envs must be >= 1 (got {args.num_envs})")
     stem = os.path.splitext(os.path.basename(args.config))[0]
     runs = os.path.join(os.path.abspath(args.runs), stem)
     _call(seeds.main, "--config", args.config, "--seeds", *map(str, args.seeds), "--parallel", str(args.parallel),
@@ -93,7 +100,8 @@ def main() -> None:
         found = seeds.last_checkpoint(os.path.join(runs, f"seed_{seed}"))
         if found is None:
             raise SystemExit(f"error: seed {seed} wrote no last.ckpt under {runs}")
-        evaluations[seed] = _call(evaluate.main, "--ckpt_path", found, "--episodes", str(args.episodes))
+        evaluations[seed] = _call(evaluate.main, "--ckpt_path", found, "--episodes", str(args.episodes),
+                                   "--num_envs", str(args.num_envs))
     today = datetime.date.today().isoformat()
     result = {"config": os.path.relpath(os.path.abspath(args.config), ROOT), "date": today,
               "command": " ".join(["python", "benchmarks/results.py", *sys.argv[1:]]), "episodes": args.episodes,
@@ -104,6 +112,13 @@ def main() -> None:
         json.dump(result, f, indent=1)
     for setting, entry in result["settings"].items():
         where = "" if setting == "None" else f" ({setting})"
+        if entry["se"] is None:  # one seed: its figures over its episodes
+            [row] = entry["seeds"].values()
+            rates = "".join(f", {key} {100 * row[key]:.1f}%" for key in entry.get("rates", {}))
+            print(f"{stem}{where}: {entry['policy']} {row['mean_return']:.1f} ± {row['return_se']:.1f}{rates} on "
+                  f"seed {next(iter(entry['seeds']))} (its final policy, ± SE over its {args.episodes} episodes; "
+                  f"one seed: no SE over seeds)", file=sys.stderr)
+            continue
         rates = "".join(f", {key} {100 * v['mean']:.1f} ± {100 * v['se']:.1f}%"
                         for key, v in entry.get("rates", {}).items())
         print(f"{stem}{where}: {entry['policy']} {entry['mean']:.1f} ± {entry['se']:.1f}{rates} over seeds "

@@ -197,8 +197,9 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{'seed':>6s} {'final':>12s} {'best':>12s} {'frames':>10s}")
     for seed, row in summary["seeds"].items():
         print(f"{seed:>6d} {row['final']:12.3f} {row['best']:12.3f} {row['frames']:>10d}")
-    print(f"{summary['metric']}: final {summary['mean']:.3f} ± {summary['se']:.3f} (mean ± SE over "
-          f"{len(args.seeds)} seeds); curves: {os.path.join(out, 'curves.png')}")
+    spread = (f"± {summary['se']:.3f} (mean ± SE over {len(args.seeds)} seeds)" if len(args.seeds) > 1
+              else "(one seed: no SE over seeds)")
+    print(f"{summary['metric']}: final {summary['mean']:.3f} {spread}; curves: {os.path.join(out, 'curves.png')}")
     result = rounded({k: v for k, v in summary.items() if k != "curves"})
     line, nonfinite = json_line(result)
     with open(os.path.join(out, "summary.json"), "w") as f:

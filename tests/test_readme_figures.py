@@ -2,7 +2,9 @@
 ``benchmarks/results.py``) equals that file: each "M ± S on seeds a-b" is the mean ± standard error of those seeds'
 final policies in the file ("M ± S% against <setting> on seeds a-b": the setting's rate of wins, e.g. the hockey
 wins against one opponent; "M ± S% <outcome> on seeds a-b": the rate of another outcome, e.g. feasible plans), and
-each "random R" (or "random R% against <setting>") its reference row; the docs' pages cite the same files."""
+"M ± S on seed a" is one seed's final policy, ± the standard error over its episodes (of a rate: the binomial one,
+sqrt(p(1 - p) / episodes)); each "random R" (or "random R% against <setting>") its reference row; the docs' pages
+cite the same files."""
 
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ REPO = Path(__file__).resolve().parents[1]
 CITED = re.compile(r"`(results/[\w.-]+\.json)`")
 NUMBER = r"−?\d+(?:\.\d+)?"
 # "M ± S on seeds a-b" (a return), "M ± S% against <setting> on seeds a-b" (the rate of wins under one setting),
-# "M ± S% <outcome> on seeds a-b" (the rate of another 0/1 outcome, e.g. the routing oracle's feasible plans)
-FIGURE = re.compile(rf"({NUMBER}) ± (\d+(?:\.\d+)?)(%?)(?: (?!against\b)(\w+))?(?: against (\w+))? on seeds "
-                    rf"(\d+)-(\d+)")
+# "M ± S% <outcome> on seeds a-b" (the rate of another 0/1 outcome, e.g. the routing oracle's feasible plans),
+# each also "on seed a": one seed, ± the SE over its episodes
+FIGURE = re.compile(rf"({NUMBER}) ± (\d+(?:\.\d+)?)(%?)(?: (?!against\b)(\w+))?(?: against (\w+))? on "
+                    rf"(?:seeds (\d+)-(\d+)|seed (\d+))")
 
 
 def _number(text: str) -> float:
@@ -54,13 +57,21 @@ def test_readme_cites_results_files():
 
 @pytest.mark.parametrize("path, line", _rows(), ids=lambda v: v if v.startswith("results/") else "")
 def test_each_readme_figure_equals_its_results_file(path, line):
-    settings = json.loads((REPO / path).read_text())["settings"]
+    results = json.loads((REPO / path).read_text())
+    settings = results["settings"]
     figures = FIGURE.findall(line)
-    assert figures, f"no 'M ± S on seeds a-b' beside {path}"
-    for mean, se, percent, outcome, setting, first, last in figures:
+    assert figures, f"no 'M ± S on seeds a-b' (or 'on seed a') beside {path}"
+    for mean, se, percent, outcome, setting, first, last, only in figures:
         entry = settings[setting or "None"]
-        values = [_value(entry["seeds"][str(s)], percent, outcome) for s in range(int(first), int(last) + 1)]
         digits = _digits(mean)
+        if only:  # one seed: its value ± the SE over its episodes
+            row = entry["seeds"][only]
+            value = _value(row, percent, outcome)
+            spread = math.sqrt(value * (100.0 - value) / results["episodes"]) if percent else row["return_se"]
+            assert _rounds_to(_number(mean), value, digits), (path, mean, value)
+            assert _rounds_to(float(se), spread, digits), (path, se, spread)
+            continue
+        values = [_value(entry["seeds"][str(s)], percent, outcome) for s in range(int(first), int(last) + 1)]
         assert _rounds_to(_number(mean), statistics.fmean(values), digits), (path, mean, values)
         assert _rounds_to(float(se), statistics.stdev(values) / math.sqrt(len(values)), digits), (path, se, values)
     names = {name for entry in settings.values() for name in entry.get("references", {})}

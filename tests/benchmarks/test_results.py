@@ -1,18 +1,23 @@
 """``benchmarks/results.py`` at a tiny size: two seeds trained, each final policy evaluated, one dated JSON whose
 mean over seeds is the mean of the seeds' evaluated returns, the same reference rows for every seed."""
 
+import contextlib
+import io
 import json
 
 import pytest
 
 from benchmarks.results import summarise
+from pipelines import evaluate, seeds
 from tests.pipelines.conftest import REPO, run_module
 
 
 def test_results_file_holds_each_final_policy_and_their_mean(tmp_path):
+    """``--num_envs`` reaches the evaluation: each seed's row is ``pipelines.evaluate``'s with that many rows (other
+    rows are other seeded episodes)."""
     proc = run_module("benchmarks.results", "--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--seeds", "0",
-                      "1", "--parallel", "2", "--episodes", "4", "--out", str(tmp_path / "results"), "--runs",
-                      str(tmp_path / "runs"), "--data.init_args.total_frames=1024", timeout=600)
+                      "1", "--parallel", "2", "--episodes", "4", "--num_envs", "2", "--out", str(tmp_path / "results"),
+                      "--runs", str(tmp_path / "runs"), "--data.init_args.total_frames=1024", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     [written] = (tmp_path / "results").glob("cartpole_ppo-*.json")
@@ -22,6 +27,10 @@ def test_results_file_holds_each_final_policy_and_their_mean(tmp_path):
     assert entry["policy"] == "ppo" and sorted(entry["seeds"]) == ["0", "1"]
     assert entry["mean"] == pytest.approx(sum(returns) / 2) and entry["se"] >= 0
     assert "random" in entry["references"] and result["episodes"] == 4
+    last = seeds.last_checkpoint(str(tmp_path / "runs" / "cartpole_ppo" / "seed_1"))
+    with contextlib.redirect_stdout(io.StringIO()):
+        table = evaluate.main(["--ckpt_path", last, "--episodes", "4", "--num_envs", "2"])
+    assert table["ppo"] == entry["seeds"]["1"]
 
 
 def test_settings_get_their_own_figures_and_outcome_rates():
@@ -41,6 +50,8 @@ def test_settings_get_their_own_figures_and_outcome_rates():
     assert strong["rates"]["won_rate"]["mean"] == pytest.approx(0.93)
     assert strong["rates"]["won_rate"]["se"] == pytest.approx(0.03)
     assert strong["references"]["random"]["won_rate"] == 0.05 and out["weak"]["seeds"]["1"]["won_rate"] == 0.98
+    one = summarise({0: tables[0]})["strong"]  # one seed: no SE over seeds (its SE is over its episodes)
+    assert one["mean"] == 7.0 and one["se"] is None and one["rates"]["won_rate"]["se"] is None
 
 
 @pytest.mark.slow
