@@ -2,13 +2,15 @@
 ``last.ckpt`` (not its best checkpoint) with ``pipelines.evaluate`` on held-out episodes, and write one dated JSON.
 
     python benchmarks/results.py --config configs/pendulum_ppo.yaml --seeds 0 1 2 3 4 [--parallel 2]
-        [--episodes 100] [--num_envs 256] [--out results] [--runs runs/results]
+        [--episodes 100] [--num_envs 256] [--fresh] [--out results] [--runs runs/results]
         [fit overrides, e.g. --data.init_args.total_frames=...]
 
 The seeds run as ``pipelines.seeds`` runs them (their folders under ``runs/results/<config stem>``, a finished seed
 read back rather than run again); each final policy plays ``--episodes`` episodes of ``pipelines.evaluate`` (its
 held-out evaluation seed, ``--num_envs`` episodes at once), beside the env's reference policies on the same
-episodes. The file ``<out>/<config stem>-<date>.json`` holds each seed's return ± SE over its episodes, the mean ± SE
+episodes, once: its table is kept in the seed's folder (``evaluation.json``) and read back by a later command under
+the same checkpoint and options (``--fresh`` evaluates again), so seeds can be added to a study one session at a
+time. The file ``<out>/<config stem>-<date>.json`` holds each seed's return ± SE over its episodes, the mean ± SE
 over seeds of those returns (the figure to publish; the SE is null for one seed), every reference row, the machine
 and the command; its content is also the last stdout line. For an env that evaluates under several settings (the
 hockey opponents) each setting has its own figures.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -29,6 +32,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from pipelines import evaluate, seeds  # noqa: E402
 
+EVALUATION = "evaluation.json"  # a seed's evaluation, in its folder: read back under the same checkpoint and options
+
 
 def _call(main, *args: str) -> dict:
     """A command's ``main(args)`` in this process (one interpreter's imports for the whole script), its printed
@@ -36,6 +41,37 @@ def _call(main, *args: str) -> dict:
     A failing command ends the script with the command's own exit status (``SystemExit``)."""
     with contextlib.redirect_stdout(sys.stderr):
         return main(list(args))
+
+
+def evaluate_seed(folder: str, options: list[str], fresh: bool = False) -> dict:
+    """``pipelines.evaluate``'s table of the final policy (``last.ckpt``) of the seed run in ``folder`` under
+    ``options``: read back from ``folder/evaluation.json`` when that file holds the same checkpoint's (its SHA-256)
+    under the same options and not ``fresh``, else played and written there (replacing the file at once, so an
+    interrupted command leaves the seeds it evaluated). The code is not compared: after a change to the env or to
+    the evaluation, evaluate again (``fresh``).
+
+    Raises:
+        SystemExit: no ``last.ckpt`` in ``folder``, or the evaluation's own exit status.
+    """
+    found = seeds.last_checkpoint(folder)
+    if found is None:
+        raise SystemExit(f"error: {folder} holds no last.ckpt")
+    with open(found, "rb") as f:
+        key = {"checkpoint_sha256": hashlib.file_digest(f, "sha256").hexdigest(), "options": options}
+    path = os.path.join(folder, EVALUATION)
+    try:
+        with open(path) as f:
+            stored = json.load(f)
+        if not fresh and isinstance(stored, dict) and {k: stored.get(k) for k in key} == key:
+            print(f"{folder}: its final policy was evaluated under the same options before, read back", file=sys.stderr)
+            return stored["table"]
+    except (OSError, ValueError, KeyError):
+        pass  # none yet, or unreadable: evaluate
+    table = _call(evaluate.main, "--ckpt_path", found, *options)
+    with open(path + ".tmp", "w") as f:
+        json.dump({**key, "table": table}, f)
+    os.replace(path + ".tmp", path)
+    return table
 
 
 def _mean_se(values: list[float]) -> tuple[float, float | None]:
@@ -85,7 +121,10 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--num_envs", type=int, default=256,
                         help="episodes played at once (pipelines.evaluate's --num_envs; fewer for envs whose rows are "
-                             "processes, e.g. emulators: each row steps until the longest episode ends)")
+                             "processes, e.g. emulators: every row steps until the last row's episodes end)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="evaluate every seed again (default: a seed evaluated before under the same checkpoint "
+                             "and options is read back from its folder's evaluation.json)")
     parser.add_argument("--out", default=os.path.join(ROOT, "results"))
     parser.add_argument("--runs", default=os.path.join(ROOT, "runs", "results"), help="where the seeds' runs go")
     args, overrides = parser.parse_known_args()
@@ -95,13 +134,9 @@ def main() -> None:
     runs = os.path.join(os.path.abspath(args.runs), stem)
     _call(seeds.main, "--config", args.config, "--seeds", *map(str, args.seeds), "--parallel", str(args.parallel),
           "--out", runs, *overrides)
-    evaluations = {}
-    for seed in args.seeds:
-        found = seeds.last_checkpoint(os.path.join(runs, f"seed_{seed}"))
-        if found is None:
-            raise SystemExit(f"error: seed {seed} wrote no last.ckpt under {runs}")
-        evaluations[seed] = _call(evaluate.main, "--ckpt_path", found, "--episodes", str(args.episodes),
-                                   "--num_envs", str(args.num_envs))
+    options = ["--episodes", str(args.episodes), "--num_envs", str(args.num_envs)]
+    evaluations = {seed: evaluate_seed(os.path.join(runs, f"seed_{seed}"), options, args.fresh)
+                   for seed in args.seeds}
     today = datetime.date.today().isoformat()
     result = {"config": os.path.relpath(os.path.abspath(args.config), ROOT), "date": today,
               "command": " ".join(["python", "benchmarks/results.py", *sys.argv[1:]]), "episodes": args.episodes,

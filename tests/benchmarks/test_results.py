@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from benchmarks import results
 from benchmarks.results import summarise
 from pipelines import evaluate, seeds
 from tests.pipelines.conftest import REPO, run_module
@@ -31,6 +32,40 @@ def test_results_file_holds_each_final_policy_and_their_mean(tmp_path):
     with contextlib.redirect_stdout(io.StringIO()):
         table = evaluate.main(["--ckpt_path", last, "--episodes", "4", "--num_envs", "2"])
     assert table["ppo"] == entry["seeds"]["1"]
+    # a seed added later: the first two are read back, trained and evaluated once
+    again = run_module("benchmarks.results", "--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--seeds", "0",
+                       "1", "--episodes", "4", "--num_envs", "2", "--out", str(tmp_path / "results"), "--runs",
+                       str(tmp_path / "runs"), "--data.init_args.total_frames=1024", timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("evaluated under the same options before, read back") == 2, again.stderr[-3000:]
+    assert json.loads(again.stdout.strip().splitlines()[-1])["settings"] == result["settings"]
+
+
+def test_an_evaluation_is_read_back_only_for_the_same_checkpoint_and_options(tmp_path, monkeypatch):
+    """A seed's stored evaluation stands for its final policy under the options it was made with: another
+    checkpoint (retrained), other options or ``--fresh`` evaluate again, and the new table replaces it."""
+    folder = tmp_path / "seed_0"
+    (folder / "version_0" / "checkpoints").mkdir(parents=True)
+    checkpoint = folder / "version_0" / "checkpoints" / "last.ckpt"
+    checkpoint.write_bytes(b"weights a")
+    played = []
+
+    def play(main, *args):
+        played.append((main, *args))
+        return {"ppo": {"mean_return": float(len(played))}}
+
+    monkeypatch.setattr(results, "_call", play)
+    options = ["--episodes", "4", "--num_envs", "2"]
+    assert results.evaluate_seed(str(folder), options) == {"ppo": {"mean_return": 1.0}}
+    assert results.evaluate_seed(str(folder), options) == {"ppo": {"mean_return": 1.0}} and len(played) == 1
+    assert results.evaluate_seed(str(folder), ["--episodes", "8", "--num_envs", "2"])["ppo"]["mean_return"] == 2.0
+    assert results.evaluate_seed(str(folder), options, fresh=True)["ppo"]["mean_return"] == 3.0
+    checkpoint.write_bytes(b"weights b")
+    assert results.evaluate_seed(str(folder), options)["ppo"]["mean_return"] == 4.0
+    assert results.evaluate_seed(str(folder), options)["ppo"]["mean_return"] == 4.0 and len(played) == 4
+    assert played[0] == (evaluate.main, "--ckpt_path", str(checkpoint), *options)
+    (folder / results.EVALUATION).write_text("{not json")
+    assert results.evaluate_seed(str(folder), options)["ppo"]["mean_return"] == 5.0
 
 
 def test_settings_get_their_own_figures_and_outcome_rates():
