@@ -32,7 +32,7 @@ def test_results_file_holds_each_final_policy_and_their_mean(tmp_path):
     with contextlib.redirect_stdout(io.StringIO()):
         table = evaluate.main(["--ckpt_path", last, "--episodes", "4", "--num_envs", "2"])
     assert table["ppo"] == entry["seeds"]["1"]
-    # a seed added later: the first two are read back, trained and evaluated once
+    # the same command again: both seeds read back, trained and evaluated once
     again = run_module("benchmarks.results", "--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--seeds", "0",
                        "1", "--episodes", "4", "--num_envs", "2", "--out", str(tmp_path / "results"), "--runs",
                        str(tmp_path / "runs"), "--data.init_args.total_frames=1024", timeout=600)
