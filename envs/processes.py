@@ -27,7 +27,9 @@ REAP_VARIABLE = "RLPIPE_REAP_TOKEN"  # the environment variable that marks a pro
 
 def die_with(parent: int, signum: int = signal.SIGTERM) -> None:
     """Have the kernel send this process ``signum`` when the process ``parent`` (its parent) dies, even by SIGKILL;
-    a parent already gone sends it now. Nothing where the call does not exist (not Linux).
+    a parent already gone sends it now. Nothing where the call does not exist (not Linux). (Linux sends it when the
+    parent's *thread* that started this process ends: start such processes from a thread that outlives them, such
+    as the main thread.)
 
     Args:
         parent: the parent's process id, read before this process started (a parent that died before the call is

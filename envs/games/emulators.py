@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 import gymnasium as gym
 import numpy as np
 
-from envs.processes import dying_with_this_process, without_main_module
+from envs.processes import die_with, dying_with_this_process, without_main_module
 
 ALE_PREFIX = "ALE/"
 IMPORT_COMMAND = "python -m pipelines.import_roms DIR"
@@ -309,13 +309,18 @@ def _spaces_of(game_fn) -> tuple[gym.Space, gym.Space]:
 
 class _InChild:
     """``game_fn`` for ``AsyncVectorEnv``: the game in the child processes, :class:`SpacesOnly` in the parent (which
-    builds one env to read the spaces, and must not start a second stable-retro emulator)."""
+    builds one env to read the spaces, and must not start a second stable-retro emulator). A child ends with its
+    parent (:func:`envs.processes.die_with`), even one killed (SIGKILL) while the child is inside a step: the pipe's
+    end-of-file reaches a child only once its step returns, and a stuck emulator's never does."""
 
     def __init__(self, game_fn, spaces: tuple[gym.Space, gym.Space], parent: int) -> None:
         self.game_fn, self.spaces, self.parent = game_fn, spaces, parent
 
     def __call__(self) -> gym.Env:
-        return SpacesOnly(*self.spaces) if os.getpid() == self.parent else self.game_fn()
+        if os.getpid() == self.parent:
+            return SpacesOnly(*self.spaces)
+        die_with(self.parent)
+        return self.game_fn()
 
 
 def ale_vector_env(game: str, num_envs: int, frame_skip: int = 4, noop_max: int = 30, sticky_actions: float = 0.0,

@@ -1,5 +1,6 @@
 """Process-pool workers die with the process that started them (the DVRP hindsight solver's and the game-spaces
-pool's): a command killed by SIGKILL, which runs no clean-up, leaves none running on alone."""
+pool's), and so do a game env's emulator processes: a command killed by SIGKILL, which runs no clean-up, leaves none
+running on alone."""
 
 from __future__ import annotations
 
@@ -23,6 +24,33 @@ POOL = textwrap.dedent("""
                                    initializer=dying_with_this_process())
         print(pool.submit(os.getpid).result(), flush=True)
         pool.submit(time.sleep, 120)
+        time.sleep(120)
+""")
+
+
+# a game env's emulator processes (gymnasium's AsyncVectorEnv, as envs.games builds it), each inside a step that does
+# not return: the pipe's end-of-file would reach them only after it
+EMULATORS = textwrap.dedent("""
+    import time
+    import gymnasium as gym
+    import numpy as np
+    from envs.games.emulators import vector_env
+
+    class Stuck(gym.Env):
+        observation_space = gym.spaces.Box(0, 1, (1,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            time.sleep(120)
+
+    if __name__ == "__main__":
+        env = vector_env(Stuck, 2, True, (Stuck.observation_space, Stuck.action_space))
+        env.reset()
+        print(*[p.pid for p in env.processes], flush=True)
+        env.step_async(np.zeros(2, np.int64))
         time.sleep(120)
 """)
 
@@ -83,3 +111,21 @@ def test_a_detached_descendant_dies_with_its_killed_ancestor(tmp_path, signum):
     while _alive(grandchild) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(grandchild), "a re-parented descendant outlived its killed ancestor"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_emulator_processes_inside_a_step_die_with_their_killed_parent(tmp_path, signum):
+    script = tmp_path / "emulators.py"
+    script.write_text(EMULATORS)
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    children = [int(pid) for pid in parent.stdout.readline().split()]
+    assert len(children) == 2 and all(map(_alive, children))
+    time.sleep(0.5)  # (both inside their step)
+    parent.send_signal(signum)
+    parent.wait(30)
+    deadline = time.monotonic() + 10
+    while any(map(_alive, children)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(_alive, children)), "an emulator process outlived its killed parent"
