@@ -204,7 +204,7 @@ def test_a_stuck_actor_stops_the_run_after_the_timeout(cluster, tmp_path, monkey
     with pytest.raises(RuntimeError, match=r"Ray actors 0 \(node .*, pid .*\), 1 .* gave no batch within "
                                            r"data.collector.worker_timeout_s=5 s"):
         _fit(cluster, tmp_path, RayProbe(stop_after=3), frames=3072, max_restarts=2, timeout_s=5)
-    assert time.monotonic() - start < 120  # (15-20 s alone; 89 s once beside two trainings on the 2 cores)
+    assert time.monotonic() - start < 300  # (15-20 s alone; 89 s once beside two trainings, 156 s beside one and CI)
 
 
 @pytest.mark.slow  # (23 s)
