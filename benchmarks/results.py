@@ -31,6 +31,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from pipelines import evaluate, seeds  # noqa: E402
+from pipelines.settings import write_json  # noqa: E402
 
 EVALUATION = "evaluation.json"  # a seed's evaluation, in its folder: read back under the same checkpoint and options
 
@@ -68,9 +69,7 @@ def evaluate_seed(folder: str, options: list[str], fresh: bool = False) -> dict:
     except (OSError, ValueError, KeyError):
         pass  # none yet, or unreadable: evaluate
     table = _call(evaluate.main, "--ckpt_path", found, *options)
-    with open(path + ".tmp", "w") as f:
-        json.dump({**key, "table": table}, f)
-    os.replace(path + ".tmp", path)
+    write_json(path, {**key, "table": table})
     return table
 
 

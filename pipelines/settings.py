@@ -61,9 +61,13 @@ def read_settings(folder: str) -> dict | None:
         raise ValueError(f"{path} is not a readable settings record ({err}); use another --out") from None
 
 
-def write_settings(folder: str, settings: dict) -> None:
-    """``folder/settings.json``, written whole or not at all (a temporary file renamed)."""
-    path = os.path.join(folder, SETTINGS_FILE)
+def write_json(path: str, data: Any) -> None:
+    """``data`` as JSON at ``path``, written whole or not at all (a temporary file beside it, renamed)."""
     with open(path + ".tmp", "w") as f:
-        json.dump(settings, f, indent=1)
+        json.dump(data, f, indent=1)
     os.replace(path + ".tmp", path)
+
+
+def write_settings(folder: str, settings: dict) -> None:
+    """``folder/settings.json``, written whole or not at all (:func:`write_json`)."""
+    write_json(os.path.join(folder, SETTINGS_FILE), settings)

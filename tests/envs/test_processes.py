@@ -64,20 +64,31 @@ def _alive(pid: int) -> bool:
         return f.read().split(")")[-1].split()[0] != "Z"
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
-def test_a_pool_worker_dies_with_its_sigkilled_parent(tmp_path):
-    script = tmp_path / "pool.py"
-    script.write_text(POOL)
-    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+def _start(tmp_path, name: str, script: str) -> tuple[subprocess.Popen, list[int]]:
+    """Run ``script`` (from the repository) as ``tmp_path/name``; returns it and the process ids its first line
+    names."""
+    path = tmp_path / name
+    path.write_text(script)
+    parent = subprocess.Popen([sys.executable, str(path)], cwd=REPO, stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(REPO)})
-    worker = int(parent.stdout.readline())  # (the script ends by itself after 120 s)
-    assert _alive(worker)
-    parent.send_signal(signal.SIGKILL)
+    return parent, [int(pid) for pid in parent.stdout.readline().split()]
+
+
+def _survivors(parent: subprocess.Popen, signum: int, pids: list[int]) -> list[int]:
+    """Send ``signum`` to ``parent``, wait for its end, then up to 10 s for ``pids`` to end; those still alive."""
+    parent.send_signal(signum)
     parent.wait(30)
     deadline = time.monotonic() + 10
-    while _alive(worker) and time.monotonic() < deadline:
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(worker), "the pool's worker outlived its SIGKILLed parent"
+    return [pid for pid in pids if _alive(pid)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_pool_worker_dies_with_its_sigkilled_parent(tmp_path):
+    parent, workers = _start(tmp_path, "pool.py", POOL)  # (the script ends by itself after 120 s)
+    assert len(workers) == 1 and _alive(workers[0])
+    assert not _survivors(parent, signal.SIGKILL, workers), "the pool's worker outlived its SIGKILLed parent"
 
 
 TREE = textwrap.dedent("""
@@ -98,34 +109,16 @@ TREE = textwrap.dedent("""
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper reads /proc")
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
 def test_a_detached_descendant_dies_with_its_killed_ancestor(tmp_path, signum):
-    script = tmp_path / "tree.py"
-    script.write_text(TREE)
-    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
-    grandchild = int(parent.stdout.readline())
+    parent, grandchild = _start(tmp_path, "tree.py", TREE)
     time.sleep(0.5)
-    assert _alive(grandchild)
-    parent.send_signal(signum)
-    parent.wait(30)
-    deadline = time.monotonic() + 10
-    while _alive(grandchild) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(grandchild), "a re-parented descendant outlived its killed ancestor"
+    assert len(grandchild) == 1 and _alive(grandchild[0])
+    assert not _survivors(parent, signum, grandchild), "a re-parented descendant outlived its killed ancestor"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
 def test_emulator_processes_inside_a_step_die_with_their_killed_parent(tmp_path, signum):
-    script = tmp_path / "emulators.py"
-    script.write_text(EMULATORS)
-    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
-    children = [int(pid) for pid in parent.stdout.readline().split()]
+    parent, children = _start(tmp_path, "emulators.py", EMULATORS)
     assert len(children) == 2 and all(map(_alive, children))
     time.sleep(0.5)  # (both inside their step)
-    parent.send_signal(signum)
-    parent.wait(30)
-    deadline = time.monotonic() + 10
-    while any(map(_alive, children)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(map(_alive, children)), "an emulator process outlived its killed parent"
+    assert not _survivors(parent, signum, children), "an emulator process outlived its killed parent"
