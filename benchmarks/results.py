@@ -2,7 +2,7 @@
 ``last.ckpt`` (not its best checkpoint) with ``pipelines.evaluate`` on held-out episodes, and write one dated JSON.
 
     python benchmarks/results.py --config configs/pendulum_ppo.yaml --seeds 0 1 2 3 4 [--parallel 2]
-        [--episodes 100] [--num_envs 256] [--fresh] [--out results] [--runs runs/results]
+        [--episodes 100] [--num_envs 256] [--evaluations JSON] [--fresh] [--out results] [--runs runs/results]
         [fit overrides, e.g. --data.init_args.total_frames=...]
 
 The seeds run as ``pipelines.seeds`` runs them (their folders under ``runs/results/<config stem>``, a finished seed
@@ -13,7 +13,16 @@ the same checkpoint and options (``--fresh`` evaluates again), so seeds can be a
 time. The file ``<out>/<config stem>-<date>.json`` holds each seed's return ± SE over its episodes, the mean ± SE
 over seeds of those returns (the figure to publish; the SE is null for one seed), every reference row, the machine
 and the command; its content is also the last stdout line. For an env that evaluates under several settings (the
-hockey opponents) each setting has its own figures.
+hockey opponents) each setting has its own figures. ``--evaluations '{name: [options]}'`` evaluates each final policy
+once per name with those ``pipelines.evaluate`` options added, each name a setting of the file (``name/setting``
+where the env has its own): e.g. a DVRP policy trained on mixed sizes, on 100-customer days and on whole Solomon R2
+days::
+
+    --evaluations '{"N100": ["--data.init_args.env.init_args.num_customers=100",
+                             "--data.init_args.env.init_args.num_vehicles=7"],
+                    "R2": ["--instances=../shared/data/solomon/solomon_txt/R2[0-9]*.txt",
+                           "--data.init_args.env.init_args.num_customers=100",
+                           "--data.init_args.env.init_args.num_vehicles=4"]}'
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ import json
 import math
 import os
 import platform
+import re
+import shlex
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,6 +45,7 @@ from pipelines import evaluate, seeds  # noqa: E402
 from pipelines.settings import write_json  # noqa: E402
 
 EVALUATION = "evaluation.json"  # a seed's evaluation, in its folder: read back under the same checkpoint and options
+SETTING_NAME = re.compile(r"\w+")  # a name of --evaluations (the README's figures name it: letters, digits, _)
 
 
 def _call(main, *args: str) -> dict:
@@ -44,12 +56,13 @@ def _call(main, *args: str) -> dict:
         return main(list(args))
 
 
-def evaluate_seed(folder: str, options: list[str], fresh: bool = False) -> dict:
+def evaluate_seed(folder: str, options: list[str], fresh: bool = False, name: str | None = None) -> dict:
     """``pipelines.evaluate``'s table of the final policy (``last.ckpt``) of the seed run in ``folder`` under
-    ``options``: read back from ``folder/evaluation.json`` when that file holds the same checkpoint's (its SHA-256)
-    under the same options and not ``fresh``, else played and written there (replacing the file at once, so an
-    interrupted command leaves the seeds it evaluated). The code is not compared: after a change to the env or to
-    the evaluation, evaluate again (``fresh``).
+    ``options``: read back from ``folder/evaluation.json`` (``evaluation-<name>.json`` for a named evaluation of
+    ``--evaluations``) when that file holds the same checkpoint's (its SHA-256) under the same options and not
+    ``fresh``, else played and written there (replacing the file at once, so an interrupted command leaves the seeds
+    it evaluated). The code is not compared: after a change to the env or to the evaluation, evaluate again
+    (``fresh``).
 
     Raises:
         SystemExit: no ``last.ckpt`` in ``folder``, or the evaluation's own exit status.
@@ -59,7 +72,7 @@ def evaluate_seed(folder: str, options: list[str], fresh: bool = False) -> dict:
         raise SystemExit(f"error: {folder} holds no last.ckpt")
     with open(found, "rb") as f:
         key = {"checkpoint_sha256": hashlib.file_digest(f, "sha256").hexdigest(), "options": options}
-    path = os.path.join(folder, EVALUATION)
+    path = os.path.join(folder, EVALUATION if name is None else f"evaluation-{name}.json")
     try:
         with open(path) as f:
             stored = json.load(f)
@@ -82,11 +95,27 @@ def _mean_se(values: list[float]) -> tuple[float, float | None]:
 
 
 def _rows(table: dict) -> dict[str | None, dict]:
-    """``pipelines.evaluate``'s table by setting (None: a table of one setting): ``{setting: {policy: row}}``."""
+    """``pipelines.evaluate``'s table by setting (None: a table of one setting): ``{setting: {policy: row}}``, each
+    setting's policies in the table's order (a policy evaluated under some settings only is left out of the
+    others)."""
     first = next(iter(table.values()))
     if "mean_return" in first:
         return {None: table}
-    return {setting: {policy: rows[setting] for policy, rows in table.items()} for setting in first}
+    settings = dict.fromkeys(setting for rows in table.values() for setting in rows)
+    return {setting: {policy: rows[setting] for policy, rows in table.items() if setting in rows}
+            for setting in settings}
+
+
+def merged(tables: dict[str, dict]) -> dict:
+    """One seed's named evaluations (``{name: pipelines.evaluate's table}``, of ``--evaluations``) as one table with
+    a setting per name, ``{policy: {name: row}}`` (``name/setting`` for an env evaluated under settings of its own),
+    the trained policy first."""
+    out: dict = {}
+    for name, table in tables.items():
+        for setting, rows in _rows(table).items():
+            for policy, row in rows.items():
+                out.setdefault(policy, {})[name if setting is None else f"{name}/{setting}"] = row
+    return out
 
 
 def summarise(evaluations: dict[int, dict]) -> dict:
@@ -121,24 +150,38 @@ def main() -> None:
     parser.add_argument("--num_envs", type=int, default=256,
                         help="episodes played at once (pipelines.evaluate's --num_envs; fewer for envs whose rows are "
                              "processes, e.g. emulators: every row steps until the last row's episodes end)")
+    parser.add_argument("--evaluations", type=json.loads, default=None,
+                        help="JSON {name: [pipelines.evaluate options]}: each final policy evaluated once per name "
+                             "with those options added, each name a setting of the file (default: one evaluation "
+                             "of the run as configured)")
     parser.add_argument("--fresh", action="store_true",
                         help="evaluate every seed again (default: a seed evaluated before under the same checkpoint "
                              "and options is read back from its folder's evaluation.json)")
     parser.add_argument("--out", default=os.path.join(ROOT, "results"))
     parser.add_argument("--runs", default=os.path.join(ROOT, "runs", "results"), help="where the seeds' runs go")
     args, overrides = parser.parse_known_args()
-    if args.num_envs < 1:
-        parser.error(f"--num_envs must be >= 1 (got {args.num_envs})")
+    named = args.evaluations
+    if named is not None and not (
+            isinstance(named, dict) and named and all(
+                isinstance(k, str) and SETTING_NAME.fullmatch(k) and isinstance(v, list)
+                and all(isinstance(o, str) for o in v) for k, v in named.items())):
+        parser.error(f"--evaluations must be a JSON object of names (letters, digits, _) to lists of "
+                     f"pipelines.evaluate options (got {json.dumps(named)})")
+    options = ["--episodes", str(args.episodes), "--num_envs", str(args.num_envs)]
+    for extra in [[]] if named is None else named.values():  # refused before any seed trains
+        evaluate.check_options(["--ckpt_path", "last.ckpt", *options, *extra])
     stem = os.path.splitext(os.path.basename(args.config))[0]
     runs = os.path.join(os.path.abspath(args.runs), stem)
     _call(seeds.main, "--config", args.config, "--seeds", *map(str, args.seeds), "--parallel", str(args.parallel),
           "--out", runs, *overrides)
-    options = ["--episodes", str(args.episodes), "--num_envs", str(args.num_envs)]
-    evaluations = {seed: evaluate_seed(os.path.join(runs, f"seed_{seed}"), options, args.fresh)
-                   for seed in args.seeds}
+    evaluations = {}
+    for seed in args.seeds:
+        folder = os.path.join(runs, f"seed_{seed}")
+        evaluations[seed] = (evaluate_seed(folder, options, args.fresh) if named is None else merged(
+            {name: evaluate_seed(folder, [*options, *extra], args.fresh, name) for name, extra in named.items()}))
     today = datetime.date.today().isoformat()
     result = {"config": os.path.relpath(os.path.abspath(args.config), ROOT), "date": today,
-              "command": " ".join(["python", "benchmarks/results.py", *sys.argv[1:]]), "episodes": args.episodes,
+              "command": shlex.join(["python", "benchmarks/results.py", *sys.argv[1:]]), "episodes": args.episodes,
               "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
               "settings": summarise(evaluations)}
     os.makedirs(args.out, exist_ok=True)

@@ -133,6 +133,14 @@ def _checked_device(parser: CommandParser, args: argparse.Namespace) -> torch.de
         config_exit(err)
 
 
+def check_options(argv: list[str]) -> None:
+    """Stop on the options :func:`main` would refuse before loading anything (exit 2, one line on stderr): an
+    unknown option, values that do not fit together, a file it would overwrite, an unusable ``--device``. Lets a
+    script that trains first (``benchmarks/results.py``) refuse its evaluation's options before any training."""
+    parser = _parser()
+    _checked_device(parser, parse_with_fit_keys(parser, argv, FIT_KEYS[:4])[0])
+
+
 def build_policies(parser: CommandParser, args: argparse.Namespace, model: RLModule, data: RLDataModule, name: str,
                    overrides: list[str], device: torch.device) -> tuple[dict[str, Policy], bool]:
     """The policies to play, ``label -> (the env config it plays on, that run's learned env models, its policy

@@ -39,6 +39,46 @@ def test_results_file_holds_each_final_policy_and_their_mean(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stderr.count("evaluated under the same options before, read back") == 2, again.stderr[-3000:]
     assert json.loads(again.stdout.strip().splitlines()[-1])["settings"] == result["settings"]
+    # named evaluations of the same final policies (the seeds read back, not trained): a setting each
+    named = run_module("benchmarks.results", "--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--seeds", "0",
+                       "1", "--episodes", "4", "--num_envs", "2", "--out", str(tmp_path / "named"), "--runs",
+                       str(tmp_path / "runs"), "--data.init_args.total_frames=1024", "--evaluations",
+                       json.dumps({"held_out": [], "other_days": ["--seed", "5", "--policies"]}), timeout=600)
+    assert named.returncode == 0, named.stderr[-3000:]
+    settings = json.loads(named.stdout.strip().splitlines()[-1])["settings"]
+    assert list(settings) == ["held_out", "other_days"] and settings["held_out"]["seeds"] == entry["seeds"]
+    assert settings["held_out"]["references"] == entry["references"] and settings["other_days"]["references"] == {}
+    assert settings["other_days"]["seeds"] != entry["seeds"]
+    assert sorted(p.name for p in (tmp_path / "runs" / "cartpole_ppo" / "seed_1").glob("evaluation*.json")) == [
+        "evaluation-held_out.json", "evaluation-other_days.json", "evaluation.json"]
+
+
+@pytest.mark.parametrize("evaluations", ['{"N100": "--seed 5"}', '{"N 100": []}', '{"N100": ["--sed", "5"]}',
+                                         '{"N100": ["--episodes", "0"]}', "[]", "{not json"])
+def test_wrong_evaluations_are_refused_before_any_training(tmp_path, evaluations):
+    """A wrong ``--evaluations`` (not names to option lists, a name the README cannot quote, an option or a value
+    ``pipelines.evaluate`` refuses) ends the script in one line, exit 2, before a seed trains."""
+    proc = run_module("benchmarks.results", "--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--seeds", "0",
+                      "--out", str(tmp_path / "results"), "--runs", str(tmp_path / "runs"), "--evaluations",
+                      evaluations, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "--evaluations" in proc.stderr or "--sed" in proc.stderr or "--episodes" in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
+
+
+def test_named_evaluations_merge_into_one_setting_each():
+    """Named evaluations become the file's settings (``name/setting`` for an env's own settings), the trained
+    policy first; a policy played under some only is left out of the others' references."""
+    plain = {"ppo": {"mean_return": 1.0}, "random": {"mean_return": 0.0}}
+    hockey = {"ppo": {"weak": {"mean_return": 9.0}, "strong": {"mean_return": 7.0}},
+              "random": {"weak": {"mean_return": -1.0}}}
+    table = results.merged({"N100": plain, "opp": hockey})
+    assert list(table) == ["ppo", "random"]
+    assert table["ppo"] == {"N100": {"mean_return": 1.0}, "opp/weak": {"mean_return": 9.0},
+                            "opp/strong": {"mean_return": 7.0}}
+    out = summarise({0: table})
+    assert list(out) == ["N100", "opp/weak", "opp/strong"] and out["opp/strong"]["references"] == {}
+    assert out["opp/weak"]["references"] == {"random": {"mean_return": -1.0}} and out["N100"]["mean"] == 1.0
 
 
 def test_an_evaluation_is_read_back_only_for_the_same_checkpoint_and_options(tmp_path, monkeypatch):
