@@ -3,8 +3,10 @@
 LightningCLI over ``model`` (an ``RLModule`` subclass), ``data`` (an ``RLDataModule`` subclass) and
 ``trainer``; ``--print_config`` prints the resolved run, ``--ckpt_path`` resumes one (in its own run folder
 when the checkpoint is in it: :func:`pipelines.run_config.resume_in_place`), or continues a finished one up to a
-larger ``data.total_frames`` (the budget is the only one: :func:`pipelines.run_config.frames_budget`). The resolved
-config is saved in the run folder. Before anything is built or written, the config's files are bounded
+larger ``data.total_frames`` (the budget is the only one: :func:`pipelines.run_config.frames_budget`);
+``--weights_from`` starts a new run from a trained checkpoint's weights (fine-tuning on other envs or settings:
+:mod:`pipelines.trained_weights`). The resolved config is saved in the run folder. Before anything is built or
+written, the config's files are bounded
 (:func:`pipelines.config_files.check_config_inputs`), what it names is checked against the import policy
 (:mod:`modules.import_policy`), and the env against the algorithm (:func:`pipelines.compatibility.check_env_fit`);
 a user error is one line on stderr, exit status 2 (:class:`pipelines.parser.FitArgumentParser`). A full disk or a
@@ -69,6 +71,7 @@ from pipelines.run_config import (  # noqa: E402
 )
 from pipelines.run_folder import OutputExists, RecordConfig, continue_in_folder, plain_config, write_error  # noqa: E402
 from pipelines.stop_signals import die_with_parent, on_stop_signal, stopped  # noqa: E402
+from pipelines.trained_weights import InitialWeights, initial_weights  # noqa: E402
 
 # what every run config shares (the trainer block, the progress bar, the non-finite guard, atomic checkpoints), read
 # before the run's own config
@@ -107,6 +110,12 @@ class FitCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="resume from this checkpoint")
+        parser.add_argument("--weights_from", type=str | None, default=None,
+                            help="start this new run from a trained checkpoint's weights (fine-tuning, as RL Zoo's "
+                                 "--trained-agent): the module's (policy, critic, target network, normaliser) and "
+                                 "the env's learned models; this config's env, settings and budget, fresh "
+                                 "optimiser, schedules and frame count. The networks must have the checkpoint's "
+                                 "shapes. Not applied when --ckpt_path resumes a run (its checkpoint holds them)")
         parser.add_argument("--num_threads", type=PositiveInt, default=1, help="torch intra-op threads (per process)")
         parser.add_argument("--float32_matmul_precision", type=Literal["highest", "high", "medium"], default="highest",
                             help="torch.set_float32_matmul_precision")
@@ -145,6 +154,7 @@ class FitCLI(LightningCLI):
             config_exit(err)
         self.resumed_in_place: tuple[str, int] | None = None
         self.continue_message: str | None = None
+        self.initial_weights: dict | None = None
         if self.config.ckpt_path is not None:  # a bad checkpoint stops the run before anything is built or written
             try:
                 frames = check_resume_checkpoint(self.config.ckpt_path, plain_config(self.parser, self.config),
@@ -182,7 +192,8 @@ class FitCLI(LightningCLI):
         (:func:`pipelines.compatibility.check_env_fit`), the sizes against the machine's memory
         (:func:`pipelines.memory_check.check_memory`), the data path against the algorithm
         (:func:`~pipelines.compatibility.check_data_fit`) and, for a run that trains, the budget
-        (``RLDataModule.check_budget``).
+        (``RLDataModule.check_budget``); a ``--weights_from`` checkpoint's weights checked against the networks and
+        its env models loaded (:func:`pipelines.trained_weights.initial_weights`).
 
         Raises:
             SystemExit: 2, for a ``ValueError`` or ``FileNotFoundError`` raised by this project's code, Lightning's
@@ -197,6 +208,8 @@ class FitCLI(LightningCLI):
             check_strategy_fit(self.model, self.trainer.strategy)  # DDP <-> the algorithm's updates
             if self.trains:
                 self.datamodule.check_budget(self.trainer.world_size)
+            if self.trains and self.config.weights_from is not None and self.config.ckpt_path is None:
+                self.initial_weights = initial_weights(self.model, self.datamodule, self.config.weights_from, specs)
         except Exception as err:
             rejected = config_error(err)
             if rejected is None and allocation_failure(err) is not None:  # (a constructor's, e.g. a routing policy's)
@@ -239,6 +252,12 @@ def main(args: list[str] | None = None, callbacks: list | None = None) -> FitCLI
         continue_in_folder(cli.trainer, *cli.resumed_in_place)
     if cli.continue_message:
         print(cli.continue_message, file=sys.stderr, flush=True)
+    if cli.config.weights_from is not None:
+        print(f"weights from {cli.config.weights_from}" if cli.initial_weights is not None else
+              f"--weights_from={cli.config.weights_from!r} not applied: --ckpt_path resumes the run with its own "
+              f"weights", file=sys.stderr, flush=True)
+    if cli.initial_weights is not None:
+        cli.trainer.callbacks.append(InitialWeights(cli.initial_weights))
     cli.trainer.callbacks.extend(callbacks or [])
     in_main_thread = threading.current_thread() is threading.main_thread()  # (signal handlers need it)
     previous = {}

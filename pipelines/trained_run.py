@@ -7,17 +7,14 @@ from __future__ import annotations
 import os
 import sys
 
-import torch
 from jsonargparse import Namespace
 
-from envs.restored import RestoredStateError
 from modules.base import RLModule
-from modules.checks import check_loaded_weights
-from pipelines.checkpoints import MODEL_KEYS, run_configs, weights_mismatch
+from pipelines.checkpoints import MODEL_KEYS, run_configs
 from pipelines.data import RLDataModule
-from pipelines.data.base import trained_env_model_states
 from pipelines.fit import FitCLI
 from pipelines.parser import config_exit
+from pipelines.trained_weights import load_env_models, load_weights, read_checkpoint
 
 # what a config's data module and trainer get for playing episodes here: the collector and trainer options meant
 # for the training's hardware (rollout workers, Ray, a compiled or CUDA-graph collector policy, GPUs, DDP) play
@@ -94,43 +91,15 @@ def load_run(configs: str | list[str] | None, ckpt_path: str, overrides: list[st
     model, data = cli.model, cli.datamodule
     data.setup("validate")
     model.build_on(data.env_specs())  # (specs on the CPU: the module moves to the device once loaded)
-    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)  # tensors and plain data only
-    try:
-        check_loaded_weights(checkpoint["state_dict"], model)
-        model.load_state_dict(checkpoint["state_dict"])
-    except RestoredStateError as err:
-        config_exit(ValueError(f"--ckpt_path={ckpt_path!r}: {err}"))
-    except RuntimeError as err:
-        mismatch = weights_mismatch(err, ckpt_path)
-        if mismatch is None:
-            raise
-        config_exit(mismatch)
-    _restore_env_models(data, checkpoint.get(type(data).__qualname__) or {}, ckpt_path)
+    try:  # (tensors and plain data only)
+        checkpoint = read_checkpoint(ckpt_path, "--ckpt_path")
+        load_weights(model, checkpoint, ckpt_path, "--ckpt_path")
+        load_env_models(data, checkpoint, ckpt_path, "--ckpt_path")
+    except ValueError as err:
+        config_exit(err)
     model.to(device)
     model.eval()
     return model, data
-
-
-def _restore_env_models(data: RLDataModule, state: dict, ckpt_path: str) -> None:
-    """Load the weights of the env models the checkpoint's run trained (e.g. the DVRP flexibility model) into the
-    config's (``data.env_models``).
-
-    Raises:
-        SystemExit: 2, for a config whose env has no such model or one of other shapes (one message).
-    """
-    try:
-        weights = trained_env_model_states(state, data.trained_env_models)
-    except ValueError as err:
-        config_exit(ValueError(f"--ckpt_path={ckpt_path!r}: {err}"))
-    for name, model_weights in weights.items():
-        if name not in data.trained_env_models:
-            config_exit(ValueError(f"--ckpt_path={ckpt_path!r} has a learned env model {name!r} but this config's "
-                                   f"env trains {list(data.trained_env_models) or 'none'} (was it trained with "
-                                   f"another env config?)"))
-        try:
-            data.restore_env_model(name, model_weights)
-        except RestoredStateError as err:
-            config_exit(ValueError(f"--ckpt_path={ckpt_path!r}: {err} (was it trained with another env config?)"))
 
 
 def run_name(ckpt_path: str) -> str:
