@@ -224,7 +224,8 @@ class CommandParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}\n({self.prog} --help lists the options)\n")
 
 
-FIT_KEYS = ("--model.", "--data.", "--trainer.", "--seed_everything", "--num_threads")  # a fit config's options
+# a fit config's options (the first four: the config's keys, which evaluate takes too)
+FIT_KEYS = ("--model.", "--data.", "--trainer.", "--seed_everything", "--num_threads", "--weights_from")
 
 
 def parse_with_fit_keys(parser: argparse.ArgumentParser, argv: list[str] | None, keys: tuple[str, ...] = FIT_KEYS,

@@ -106,13 +106,27 @@ class Fits:
                 print(f"seed {seed}: stopped (exit status {proc.returncode}, log {log.name})", file=sys.stderr,
                       flush=True)
             else:
-                self.failed.append(f"seed {seed} (exit status {proc.returncode}, log {log.name})")
+                said = last_error(log.name)
+                self.failed.append(f"seed {seed} (exit status {proc.returncode}, log {log.name})"
+                                   + (f": {said}" if said else ""))
 
     def kill_all(self) -> None:
         """Kill the fits still running (only on an error in :func:`run_fits`: no fit outlives the command)."""
         for proc, _ in self.running.values():
             proc.kill()
             proc.wait()
+
+
+def last_error(path: str) -> str | None:
+    """The last ``error: ...`` line of a fit's log (its one-line message for a user error or a fault), or None."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 16384))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return None
+    said = [line.strip() for line in lines if line.startswith("error:")]
+    return said[-1] if said else None
 
 
 def run_fits(configs: list[str], todo: list[int], folders: dict[int, str], parallel: int, overrides: list[str],

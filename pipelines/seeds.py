@@ -29,7 +29,8 @@ finished and exits with 128 + the signal's number (130 / 143), starting no furth
 at once. A command killed outright (SIGKILL) takes its fits with it: each gets SIGTERM when the command dies
 (:func:`pipelines.stop_signals.die_with_parent`). A seed's folder without the ``finished`` mark whose run reached the
 budget (its ``last.ckpt`` has ``data.total_frames`` frames) is finished too: marked, and read back. Exit status
-otherwise: 0; 1 when a seed's fit failed (its log is named); 2 for a usage or settings error.
+otherwise: 0; 1 when a seed's fit failed (its log is named, with the fit's ``error:`` line); 2 for a usage or
+settings error.
 """
 
 from __future__ import annotations

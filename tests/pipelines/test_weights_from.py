@@ -67,3 +67,12 @@ def test_weights_from_is_not_applied_to_a_resumed_run(smoke_run, tmp_path):
     resumed = torch.load(smoke_run["last"], map_location="cpu", weights_only=True)["state_dict"]
     assert probe.value["frames"] == 1920
     assert all(torch.equal(resumed[k], probe.value["weights"][k]) for k in resumed if "loss" not in k)
+
+
+def test_seeds_hand_weights_from_to_each_seeds_run(tmp_path):
+    """``pipelines.seeds`` (and so ``benchmarks/results.py``) fine-tunes each seed from the same weights: the option
+    reaches the seed's fit, which checks the file."""
+    proc = run_module("pipelines.seeds", "--config", SMOKE, "--seeds", "0", "--out", str(tmp_path / "study"),
+                      "--weights_from", str(tmp_path / "missing.ckpt"), timeout=300)
+    assert proc.returncode != 0 and "unrecognized argument" not in proc.stderr, proc.stderr[-2000:]
+    assert "--weights_from=" in proc.stderr and "no such file" in proc.stderr, proc.stderr[-2000:]
