@@ -7,16 +7,17 @@
 
 The seeds run as ``pipelines.seeds`` runs them (their folders under ``runs/results/<config stem>``, a finished seed
 read back rather than run again); each final policy plays ``--episodes`` episodes of ``pipelines.evaluate`` (its
-held-out evaluation seed, ``--num_envs`` episodes at once), beside the env's reference policies on the same
-episodes, once: its table is kept in the seed's folder (``evaluation.json``) and read back by a later command under
-the same checkpoint and options (``--fresh`` evaluates again), so seeds can be added to a study one session at a
-time. The file ``<out>/<config stem>-<date>.json`` holds each seed's return ± SE over its episodes, the mean ± SE
-over seeds of those returns (the figure to publish; the SE is null for one seed), every reference row, the machine
-and the command; its content is also the last stdout line. For an env that evaluates under several settings (the
-hockey opponents) each setting has its own figures. ``--evaluations '{name: [options]}'`` evaluates each final policy
-once per name with those ``pipelines.evaluate`` options added, each name a setting of the file (``name/setting``
-where the env has its own): e.g. a DVRP policy trained on mixed sizes, on 100-customer days and on whole Solomon R2
-days::
+held-out evaluation seed, ``--num_envs`` episodes at once), beside the env's reference policies on the same episodes
+(played with the command's first seed only: every seed plays the same episodes; the others play their policy alone,
+with the hindsight oracle where the env has one), once: its table is kept in the seed's folder (``evaluation.json``)
+and read back by a later command under the same checkpoint and options (``--fresh`` evaluates again), so seeds can be
+added to a study one session at a time. The file ``<out>/<config stem>-<date>.json`` holds each seed's return ± SE
+over its episodes, the mean ± SE over seeds of those returns (the figure to publish; the SE is null for one seed),
+every reference row, the machine and the command; its content is also the last stdout line. For an env that evaluates
+under several settings (the hockey opponents) each setting has its own figures. ``--evaluations '{name: [options]}'``
+evaluates each final policy once per name with those ``pipelines.evaluate`` options added, each name a setting of the
+file (``name/setting`` where the env has its own): e.g. a DVRP policy trained on mixed sizes, on 100-customer days
+and on whole Solomon R2 days::
 
     --evaluations '{"N100": ["--data.init_args.env.init_args.num_customers=100",
                              "--data.init_args.env.init_args.num_vehicles=7"],
@@ -56,13 +57,15 @@ def _call(main, *args: str) -> dict:
         return main(list(args))
 
 
-def evaluate_seed(folder: str, options: list[str], fresh: bool = False, name: str | None = None) -> dict:
+def evaluate_seed(folder: str, options: list[str], fresh: bool = False, name: str | None = None,
+                  baselines: bool = True) -> dict:
     """``pipelines.evaluate``'s table of the final policy (``last.ckpt``) of the seed run in ``folder`` under
-    ``options``: read back from ``folder/evaluation.json`` (``evaluation-<name>.json`` for a named evaluation of
-    ``--evaluations``) when that file holds the same checkpoint's (its SHA-256) under the same options and not
-    ``fresh``, else played and written there (replacing the file at once, so an interrupted command leaves the seeds
-    it evaluated). The code is not compared: after a change to the env or to the evaluation, evaluate again
-    (``fresh``).
+    ``options`` (without ``baselines``: ``--no_baselines``, the trained policy alone and any hindsight oracle):
+    read back from ``folder/evaluation.json`` (``evaluation-<name>.json`` for a named evaluation of
+    ``--evaluations``) when that file holds the same checkpoint's (its SHA-256) under the same options, with the
+    reference rows if ``baselines``, and not ``fresh``; else played and written there (replacing the file at once,
+    so an interrupted command leaves the seeds it evaluated). The code is not compared: after a change to the env or
+    to the evaluation, evaluate again (``fresh``).
 
     Raises:
         SystemExit: no ``last.ckpt`` in ``folder``, or the evaluation's own exit status.
@@ -76,13 +79,14 @@ def evaluate_seed(folder: str, options: list[str], fresh: bool = False, name: st
     try:
         with open(path) as f:
             stored = json.load(f)
-        if not fresh and isinstance(stored, dict) and {k: stored.get(k) for k in key} == key:
+        if (not fresh and isinstance(stored, dict) and {k: stored.get(k) for k in key} == key
+                and (stored.get("baselines", True) or not baselines)):
             print(f"{folder}: its final policy was evaluated under the same options before, read back", file=sys.stderr)
             return stored["table"]
     except (OSError, ValueError, KeyError):
         pass  # none yet, or unreadable: evaluate
-    table = _call(evaluate.main, "--ckpt_path", found, *options)
-    write_json(path, {**key, "table": table})
+    table = _call(evaluate.main, "--ckpt_path", found, *options, *([] if baselines else ["--no_baselines"]))
+    write_json(path, {**key, "baselines": baselines, "table": table})
     return table
 
 
@@ -175,10 +179,11 @@ def main() -> None:
     _call(seeds.main, "--config", args.config, "--seeds", *map(str, args.seeds), "--parallel", str(args.parallel),
           "--out", runs, *overrides)
     evaluations = {}
-    for seed in args.seeds:
-        folder = os.path.join(runs, f"seed_{seed}")
-        evaluations[seed] = (evaluate_seed(folder, options, args.fresh) if named is None else merged(
-            {name: evaluate_seed(folder, [*options, *extra], args.fresh, name) for name, extra in named.items()}))
+    for seed in args.seeds:  # the reference rows are the first seed's (the same episodes): the others play without
+        folder, first = os.path.join(runs, f"seed_{seed}"), seed == args.seeds[0]
+        evaluations[seed] = (evaluate_seed(folder, options, args.fresh, baselines=first) if named is None else merged(
+            {name: evaluate_seed(folder, [*options, *extra], args.fresh, name, first or "--policies" in extra)
+             for name, extra in named.items()}))
     today = datetime.date.today().isoformat()
     result = {"config": os.path.relpath(os.path.abspath(args.config), ROOT), "date": today,
               "command": shlex.join(["python", "benchmarks/results.py", *sys.argv[1:]]), "episodes": args.episodes,

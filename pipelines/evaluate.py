@@ -1,8 +1,9 @@
 """Evaluate a trained policy against its env's reference policies, on the same seeded episodes.
 
     python -m pipelines.evaluate --ckpt_path CKPT [--config configs/<run>.yaml] [--episodes 256] [--seed S]
-        [--policies NAME ...] [--settings JSON] [--routes_out FILE] [--pyvrp_episodes K] [--hindsight_seconds S]
-        [--instances GLOB] [--video FILE.mp4|.gif] [--compare_ckpt CKPT2 [--compare_config CFG ...]] [--device DEV]
+        [--policies NAME ... | --no_baselines] [--settings JSON] [--routes_out FILE] [--pyvrp_episodes K]
+        [--hindsight_seconds S] [--instances GLOB] [--video FILE.mp4|.gif] [--compare_ckpt CKPT2
+        [--compare_config CFG ...]] [--device DEV]
         [dotted overrides]
 
 The run's config is the ``config.yaml`` of the checkpoint's run folder (else the one the checkpoint records) unless
@@ -86,6 +87,10 @@ def _parser() -> CommandParser:
     parser.add_argument("--policies", nargs="*", default=None,
                         help="the env's reference policies to include (default: all of them; DVRP: preferred, greedy, "
                              "fallback, prior, informed, random, clairvoyant and hindsight; other envs: random)")
+    parser.add_argument("--no_baselines", action="store_true",
+                        help="play no reference policy: the trained one alone, with the hindsight oracle where the "
+                             "env has one (its gap is measured against it); for a study whose reference rows come from "
+                             "another evaluation of the same episodes (benchmarks/results.py)")
     parser.add_argument("--settings", type=json.loads, default=None,
                         help='JSON {name: env settings}: one table per setting (default: the env\'s '
                              'evaluation_settings, e.g. {"weak": {"mode": "NORMAL", "opponent": "weak"}, ...} on '
@@ -121,6 +126,8 @@ def _checked_device(parser: CommandParser, args: argparse.Namespace) -> torch.de
                      f"{args.hindsight_workers})")
     if args.video is not None and os.path.splitext(args.video)[1].lower() not in FORMATS:
         parser.error(f"--video {args.video!r}: a {' or '.join(FORMATS)} file")
+    if args.no_baselines and args.policies is not None:
+        parser.error("--no_baselines plays no reference policy: give it or --policies, not both")
     if args.compare_config is not None and args.compare_ckpt is None:
         parser.error("--compare_config needs --compare_ckpt (the second run's checkpoint)")
     for option, path in (("--routes_out", args.routes_out), ("--video", args.video)):
@@ -149,7 +156,7 @@ def build_policies(parser: CommandParser, args: argparse.Namespace, model: RLMod
     config, models = data.env_config, data.env_models
     baselines = config.baseline_policies()
     offline = [HINDSIGHT] if type(config).hindsight is not EnvConfig.hindsight else []
-    chosen = [*baselines, *offline] if args.policies is None else args.policies
+    chosen = offline if args.no_baselines else [*baselines, *offline] if args.policies is None else args.policies
     unknown = [p for p in chosen if p not in baselines and p not in offline]
     if unknown:
         parser.error(f"unknown --policies {unknown}; this env's: {', '.join([*baselines, *offline])}")

@@ -32,6 +32,9 @@ def test_results_file_holds_each_final_policy_and_their_mean(tmp_path):
     with contextlib.redirect_stdout(io.StringIO()):
         table = evaluate.main(["--ckpt_path", last, "--episodes", "4", "--num_envs", "2"])
     assert table["ppo"] == entry["seeds"]["1"]
+    # the reference rows are played once, with the first seed: seed 1's table holds its policy alone
+    stored = json.loads((tmp_path / "runs" / "cartpole_ppo" / "seed_1" / results.EVALUATION).read_text())
+    assert list(stored["table"]) == ["ppo"] and stored["baselines"] is False
     # the same command again: both seeds read back, trained and evaluated once
     again = run_module("benchmarks.results", "--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--seeds", "0",
                        "1", "--episodes", "4", "--num_envs", "2", "--out", str(tmp_path / "results"), "--runs",
@@ -106,6 +109,12 @@ def test_an_evaluation_is_read_back_only_for_the_same_checkpoint_and_options(tmp
     assert played[0] == (evaluate.main, "--ckpt_path", str(checkpoint), *options)
     (folder / results.EVALUATION).write_text("{not json")
     assert results.evaluate_seed(str(folder), options)["ppo"]["mean_return"] == 5.0
+    # a table with the reference rows serves a seed that needs none; one without them does not serve one that does
+    assert results.evaluate_seed(str(folder), options, baselines=False)["ppo"]["mean_return"] == 5.0
+    assert results.evaluate_seed(str(folder), options, fresh=True, baselines=False)["ppo"]["mean_return"] == 6.0
+    assert played[-1] == (evaluate.main, "--ckpt_path", str(checkpoint), *options, "--no_baselines")
+    assert results.evaluate_seed(str(folder), options, baselines=False)["ppo"]["mean_return"] == 6.0
+    assert results.evaluate_seed(str(folder), options)["ppo"]["mean_return"] == 7.0 and len(played) == 7
 
 
 def test_settings_get_their_own_figures_and_outcome_rates():

@@ -52,6 +52,19 @@ def test_evaluate_table_json_and_feasible_routes(smoke_run, tmp_path, capsys):
     assert served / 12 == pytest.approx(table["ppo"]["mean_served"], rel=1e-5)  # JSON: 6 significant digits
 
 
+def test_no_baselines_plays_the_policy_and_the_hindsight_oracle_alone(smoke_run, tmp_path, capsys):
+    """``--no_baselines`` (a study's later seeds): no reference rule, the hindsight oracle kept for the gap; the
+    policy's row is the one a full evaluation gives on the same episodes. With ``--policies`` it is refused."""
+    table, _, _ = _evaluate(smoke_run, tmp_path, capsys, "--no_baselines", "--hindsight_seconds", "0.3")
+    full, _, _ = _evaluate(smoke_run, tmp_path, capsys, "--policies", "fallback", "hindsight",
+                           "--hindsight_seconds", "0.3")
+    assert list(table) == ["ppo", "hindsight"] and set(table["ppo"]) == FIELDS | GAP
+    assert table["ppo"]["mean_return"] == full["ppo"]["mean_return"]
+    proc = run_module("pipelines.evaluate", "--ckpt_path", smoke_run["last"], "--no_baselines", "--policies",
+                      "fallback", timeout=120)
+    assert proc.returncode == 2 and "--no_baselines" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_same_seed_gives_same_episodes(smoke_run, tmp_path, capsys):
     first, _, _ = _evaluate(smoke_run, tmp_path, capsys, "--policies", "fallback")
     second, _, _ = _evaluate(smoke_run, tmp_path, capsys, "--policies", "fallback")
