@@ -21,10 +21,14 @@ class SettingsMismatch(ValueError):
 
 def settings_diff(there: Any, now: Any, key: str = "") -> list[tuple[str, Any, Any]]:
     """The dotted keys (list entries as ``key[i]``) whose values differ between two settings, with both values
-    (a key one side lacks has :data:`MISSING` there), in the order of ``now``'s keys."""
+    (a key one side lacks has :data:`MISSING` there), in the order of ``now``'s keys. A key one side lacks and the
+    other holds as null is no difference: an option added to ``pipelines.fit`` since (e.g. ``weights_from``), unset,
+    leaves the settings recorded before it as they were."""
     if isinstance(there, dict) and isinstance(now, dict):
         diffs = []
         for name in [*now, *(k for k in there if k not in now)]:
+            if there.get(name) is None and now.get(name) is None:  # (null, or absent)
+                continue
             diffs += settings_diff(there.get(name, MISSING), now.get(name, MISSING),
                                    f"{key}.{name}" if key else str(name))
         return diffs

@@ -89,6 +89,10 @@ def test_settings_are_resolved_by_the_fits_parser():
     assert describe_diff(settings_diff(settings, other)) == "model.init_args.lr=0.0023 there, 0.001 now"
     with pytest.raises(ValueError, match=r"model.init_args.lrr: no such key .*did you mean lr"):
         fit_settings([*base, "--model.init_args.lrr=0.001"])
+    # a study recorded before an option was added (unset: null) is still under the same settings; set, it is not
+    assert settings["weights_from"] is None
+    assert settings_diff({k: v for k, v in settings.items() if k != "weights_from"}, settings) == []
+    assert settings_diff(settings, {**settings, "weights_from": "a.ckpt"}) == [("weights_from", None, "a.ckpt")]
 
 
 def _processes_naming(text: str) -> list[int]:
