@@ -140,12 +140,18 @@ def _checked_device(parser: CommandParser, args: argparse.Namespace) -> torch.de
         config_exit(err)
 
 
-def check_options(argv: list[str]) -> None:
-    """Stop on the options :func:`main` would refuse before loading anything (exit 2, one line on stderr): an
-    unknown option, values that do not fit together, a file it would overwrite, an unusable ``--device``. Lets a
-    script that trains first (``benchmarks/results.py``) refuse its evaluation's options before any training."""
+def check_options(argv: list[str] | None) -> tuple[CommandParser, argparse.Namespace, list[str], torch.device]:
+    """The command line parsed, stopping on what :func:`main` refuses before loading anything (exit 2, one line on
+    stderr): an unknown option, values that do not fit together, a file it would overwrite, an unusable
+    ``--device``. A script that trains first (``benchmarks/results.py``) calls it to refuse its evaluation's options
+    before any training.
+
+    Returns:
+        The parser, its arguments, the fit config's dotted overrides and the ``--device``.
+    """
     parser = _parser()
-    _checked_device(parser, parse_with_fit_keys(parser, argv, FIT_KEYS[:4])[0])
+    args, overrides = parse_with_fit_keys(parser, argv, FIT_KEYS[:4])
+    return parser, args, overrides, _checked_device(parser, args)
 
 
 def build_policies(parser: CommandParser, args: argparse.Namespace, model: RLModule, data: RLDataModule, name: str,
@@ -244,9 +250,7 @@ def main(argv: list[str] | None = None) -> dict:
             ``--video`` (one line on stderr, before any episode is played); 1 when the video cannot be written, or
             when a result is not a finite number (after the tables and the JSON line, where it is ``null``).
     """
-    parser = _parser()
-    args, overrides = parse_with_fit_keys(parser, argv, FIT_KEYS[:4])
-    device = _checked_device(parser, args)
+    parser, args, overrides, device = check_options(argv)
     torch.set_num_threads(args.num_threads)
     if args.instances is not None:
         env = {"init_args": {"instances": args.instances, "capacity": None}}  # the run's env class, these keys
