@@ -3,8 +3,10 @@
 final policies in the file ("M ± S% against <setting> on seeds a-b": the setting's rate of wins, e.g. the hockey
 wins against one opponent; "M ± S% <outcome> on seeds a-b": the rate of another outcome, e.g. feasible plans), and
 "M ± S on seed a" is one seed's final policy, ± the standard error over its episodes (of a rate: the binomial one,
-sqrt(p(1 - p) / episodes)); each "random R" (or "random R% against <setting>") its reference row; the docs' pages
-cite the same files."""
+sqrt(p(1 - p) / episodes)); "G% below the hindsight oracle on seeds a-b" (or "on seed a") the mean of those seeds'
+gaps to hindsight; each "random R" (or "random R% against <setting>") its reference row; the docs' pages cite the
+same files. A setting that is not an opponent (a named evaluation, e.g. the DVRP's 100-customer days) reads "in
+<setting>" where an opponent reads "against <setting>"."""
 
 from __future__ import annotations
 
@@ -22,8 +24,11 @@ NUMBER = r"−?\d+(?:\.\d+)?"
 # "M ± S on seeds a-b" (a return), "M ± S% against <setting> on seeds a-b" (the rate of wins under one setting),
 # "M ± S% <outcome> on seeds a-b" (the rate of another 0/1 outcome, e.g. the routing oracle's feasible plans),
 # each also "on seed a": one seed, ± the SE over its episodes
-FIGURE = re.compile(rf"({NUMBER}) ± (\d+(?:\.\d+)?)(%?)(?: (?!against\b)(\w+))?(?: against (\w+))? on "
+SETTING = r"(?: (?:against|in) ([A-Za-z]\w*))?"  # a setting's name begins with a letter
+FIGURE = re.compile(rf"({NUMBER}) ± (\d+(?:\.\d+)?)(%?)(?: (?!against\b|in\b)(\w+))?{SETTING} on "
                     rf"(?:seeds (\d+)-(\d+)|seed (\d+))")
+# "G% below the hindsight oracle [in <setting>] on seeds a-b" (or "on seed a"): the mean of those seeds' gaps
+GAP = re.compile(rf"(\d+(?:\.\d+)?)% below the hindsight oracle{SETTING} on (?:seeds (\d+)-(\d+)|seed (\d+))")
 
 
 def _number(text: str) -> float:
@@ -74,9 +79,13 @@ def test_each_readme_figure_equals_its_results_file(path, line):
         values = [_value(entry["seeds"][str(s)], percent, outcome) for s in range(int(first), int(last) + 1)]
         assert _rounds_to(_number(mean), statistics.fmean(values), digits), (path, mean, values)
         assert _rounds_to(float(se), statistics.stdev(values) / math.sqrt(len(values)), digits), (path, se, values)
+    for gap, setting, first, last, only in GAP.findall(line):
+        seeds = [only] if only else [str(s) for s in range(int(first), int(last) + 1)]
+        values = [settings[setting or "None"]["seeds"][s]["gap_to_hindsight_pct"] for s in seeds]
+        assert _rounds_to(float(gap), statistics.fmean(values), _digits(gap)), (path, gap, values)
     names = {name for entry in settings.values() for name in entry.get("references", {})}
     for name in names:  # a quoted reference names a setting of the file (none: its only one) that has the row
-        for quoted, percent, where in re.findall(rf"\b{name} ({NUMBER})(%?)(?: against (\w+))?", line):
+        for quoted, percent, where in re.findall(rf"\b{name} ({NUMBER})(%?){SETTING}", line):
             reference = settings[where or "None"]["references"][name]
             assert _rounds_to(_number(quoted), _value(reference, percent), _digits(quoted)), (path, name, where)
     pages = [p for p in (REPO / "docs").rglob("*.md") if path in p.read_text()]
