@@ -11,7 +11,11 @@ held-out evaluation seed, ``--num_envs`` episodes at once), beside the env's ref
 (played with the command's first seed only: every seed plays the same episodes; the others play their policy alone,
 with the hindsight oracle where the env has one), once: its table is kept in the seed's folder (``evaluation.json``)
 and read back by a later command under the same checkpoint and options (``--fresh`` evaluates again), so seeds can be
-added to a study one session at a time. The file ``<out>/<config stem>-<date>.json`` holds each seed's return ± SE
+added to a study one session at a time; where the earlier seeds' folders are gone (another checkout),
+``--add_to FILE`` adds this command's seeds to the results file FILE of the same config and options (checked before
+any seed trains: the same config, episodes, ``--num_envs``, ``--evaluations`` and fit overrides, no seed in both), its
+reference rows played again and required equal to FILE's (the same code on the same episodes), FILE's commands kept
+under ``earlier``. The file ``<out>/<config stem>-<date>.json`` holds each seed's return ± SE
 over its episodes, the mean ± SE over seeds of those returns (the figure to publish; the SE is null for one seed),
 every reference row, the machine and the command; its content is also the last stdout line. For an env that evaluates
 under several settings (the hockey opponents) each setting has its own figures. ``--evaluations '{name: [options]}'``
@@ -32,6 +36,7 @@ import argparse
 import contextlib
 import datetime
 import hashlib
+import io
 import json
 import math
 import os
@@ -134,18 +139,48 @@ def summarise(evaluations: dict[int, dict]) -> dict:
                 k: v for k, v in rows.items() if k != name}})
             entry["seeds"][str(seed)] = rows[name]
     for entry in out.values():
-        rows = list(entry["seeds"].values())
-        entry["mean"], entry["se"] = _mean_se([row["mean_return"] for row in rows])
-        rates = [key for key in rows[0] if key.endswith("_rate")]  # 0/1 outcomes, e.g. the hockey env's won_rate
-        if rates:
-            entry["rates"] = {}
-            for key in rates:
-                mean, se = _mean_se([row[key] for row in rows])
-                entry["rates"][key] = {"mean": mean, "se": se}
+        _over_seeds(entry)
     return out
 
 
-def main() -> None:
+def _over_seeds(entry: dict) -> None:
+    """A setting's mean ± SE over its seeds' returns (``mean``, ``se``) and, under ``rates``, over each 0/1
+    outcome's rate, from its ``seeds`` rows (in place)."""
+    rows = list(entry["seeds"].values())
+    entry["mean"], entry["se"] = _mean_se([row["mean_return"] for row in rows])
+    rates = [key for key in rows[0] if key.endswith("_rate")]  # 0/1 outcomes, e.g. the hockey env's won_rate
+    if rates:
+        entry["rates"] = {}
+        for key in rates:
+            mean, se = _mean_se([row[key] for row in rows])
+            entry["rates"][key] = {"mean": mean, "se": se}
+
+
+def added_to(earlier: dict, settings: dict, path: str) -> dict:
+    """``settings`` (:func:`summarise`'s, of this command's seeds) with the seeds of the results file ``earlier``
+    (read from ``path``) added, each setting's mean ± SE over all their seeds, the seeds in numeric order.
+
+    Raises:
+        SystemExit: the two hold other settings, or other reference rows (the env, the evaluation or the machine
+            changed: evaluate every seed again, without ``--add_to``).
+    """
+    if set(settings) != set(earlier["settings"]):
+        raise SystemExit(f"error: --add_to {path}: its settings {sorted(earlier['settings'])} are not this "
+                         f"command's {sorted(settings)}")
+    out = {}
+    for name, entry in settings.items():
+        before = earlier["settings"][name]
+        if before["references"] != entry["references"]:
+            raise SystemExit(f"error: --add_to {path}: the reference rows ({name}) differ from the ones played now "
+                             f"(the env, the evaluation or the machine changed): evaluate every seed again, without "
+                             f"--add_to")
+        seeds = {**before["seeds"], **entry["seeds"]}
+        out[name] = {**entry, "seeds": {k: seeds[k] for k in sorted(seeds, key=int)}}
+        _over_seeds(out[name])
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True)
     parser.add_argument("--seeds", type=int, nargs="+", required=True)
@@ -163,6 +198,50 @@ def main() -> None:
                              "and options is read back from its folder's evaluation.json)")
     parser.add_argument("--out", default=os.path.join(ROOT, "results"))
     parser.add_argument("--runs", default=os.path.join(ROOT, "runs", "results"), help="where the seeds' runs go")
+    parser.add_argument("--add_to", metavar="FILE", default=None,
+                        help="a results file of the same config and options (its seeds' folders gone) to which this "
+                             "command's seeds are added; the joined file is written under today's date")
+    return parser
+
+
+def _earlier(path: str, args: argparse.Namespace, overrides: list[str]) -> dict:
+    """The results file ``path`` that ``--add_to`` names, checked against this command.
+
+    Raises:
+        SystemExit: (exit 2, one line) the file is unreadable, of another config or options (episodes,
+            ``--num_envs``, ``--evaluations``, fit overrides), or holds one of this command's seeds.
+    """
+    def refuse(why: str):
+        print(f"error: --add_to {path}: {why}", file=sys.stderr)
+        raise SystemExit(2)
+
+    try:
+        with open(path) as f:
+            earlier = json.load(f)
+        words = shlex.split(earlier["command"])[2:]  # (after "python benchmarks/results.py")
+        settings = earlier["settings"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        refuse(f"not a results file of benchmarks/results.py ({e})")
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            before, before_overrides = _parser().parse_known_args(words)
+    except SystemExit:
+        refuse(f"its command cannot be read: {earlier['command']}")
+    mine = {"config": os.path.abspath(args.config), "episodes": args.episodes, "num_envs": args.num_envs,
+            "evaluations": args.evaluations, "fit overrides": overrides}
+    theirs = {"config": os.path.normpath(os.path.join(ROOT, earlier["config"])), "episodes": before.episodes,
+              "num_envs": before.num_envs, "evaluations": before.evaluations, "fit overrides": before_overrides}
+    for key, value in mine.items():
+        if theirs[key] != value:
+            refuse(f"its {key} ({theirs[key]}) is not this command's ({value})")
+    both = sorted({int(s) for entry in settings.values() for s in entry["seeds"]} & set(args.seeds))
+    if both:
+        refuse(f"it holds seed(s) {' '.join(map(str, both))} already")
+    return earlier
+
+
+def main() -> None:
+    parser = _parser()
     args, overrides = parser.parse_known_args()
     named = args.evaluations
     if named is not None and not (
@@ -174,6 +253,7 @@ def main() -> None:
     options = ["--episodes", str(args.episodes), "--num_envs", str(args.num_envs)]
     for extra in [[]] if named is None else named.values():  # refused before any seed trains
         evaluate.check_options(["--ckpt_path", "last.ckpt", *options, *extra])
+    earlier = None if args.add_to is None else _earlier(args.add_to, args, overrides)
     stem = os.path.splitext(os.path.basename(args.config))[0]
     runs = os.path.join(os.path.abspath(args.runs), stem)
     _call(seeds.main, "--config", args.config, "--seeds", *map(str, args.seeds), "--parallel", str(args.parallel),
@@ -189,6 +269,9 @@ def main() -> None:
               "command": shlex.join(["python", "benchmarks/results.py", *sys.argv[1:]]), "episodes": args.episodes,
               "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
               "settings": summarise(evaluations)}
+    if earlier is not None:  # its seeds joined, and its commands kept
+        result["settings"] = added_to(earlier, result["settings"], args.add_to)
+        result["earlier"] = [*earlier.get("earlier", []), {"date": earlier["date"], "command": earlier["command"]}]
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"{stem}-{today}.json"), "w") as f:
         json.dump(result, f, indent=1)

@@ -39,6 +39,11 @@ def _digits(text: str) -> int:
     return len(text.split(".")[1]) if "." in text else 0
 
 
+def _seeds(first: str, last: str, only: str) -> list[str]:
+    """The seeds a figure names: "seed a" (``only``) or "seeds a-b" (``first``-``last``, both included)."""
+    return [only] if only else [str(s) for s in range(int(first), int(last) + 1)]
+
+
 def _rows() -> list[tuple[str, str]]:
     lines = (REPO / "README.md").read_text().splitlines()
     return [(m, line) for line in lines for m in CITED.findall(line)]
@@ -76,12 +81,11 @@ def test_each_readme_figure_equals_its_results_file(path, line):
             assert _rounds_to(_number(mean), value, digits), (path, mean, value)
             assert _rounds_to(float(se), spread, digits), (path, se, spread)
             continue
-        values = [_value(entry["seeds"][str(s)], percent, outcome) for s in range(int(first), int(last) + 1)]
+        values = [_value(entry["seeds"][s], percent, outcome) for s in _seeds(first, last, only)]
         assert _rounds_to(_number(mean), statistics.fmean(values), digits), (path, mean, values)
         assert _rounds_to(float(se), statistics.stdev(values) / math.sqrt(len(values)), digits), (path, se, values)
     for gap, setting, first, last, only in GAP.findall(line):
-        seeds = [only] if only else [str(s) for s in range(int(first), int(last) + 1)]
-        values = [settings[setting or "None"]["seeds"][s]["gap_to_hindsight_pct"] for s in seeds]
+        values = [settings[setting or "None"]["seeds"][s]["gap_to_hindsight_pct"] for s in _seeds(first, last, only)]
         assert _rounds_to(float(gap), statistics.fmean(values), _digits(gap)), (path, gap, values)
     names = {name for entry in settings.values() for name in entry.get("references", {})}
     for name in names:  # a quoted reference names a setting of the file (none: its only one) that has the row

@@ -42,6 +42,21 @@ def test_results_file_holds_each_final_policy_and_their_mean(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stderr.count("evaluated under the same options before, read back") == 2, again.stderr[-3000:]
     assert json.loads(again.stdout.strip().splitlines()[-1])["settings"] == result["settings"]
+    # the seeds' folders gone (another checkout): seed 1 added to a file of seed 0 alone gives the same figures
+    one = run_module("benchmarks.results", "--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--seeds", "0",
+                     "--episodes", "4", "--num_envs", "2", "--out", str(tmp_path / "one"), "--runs",
+                     str(tmp_path / "runs"), "--data.init_args.total_frames=1024", timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    [first] = (tmp_path / "one").glob("cartpole_ppo-*.json")
+    (tmp_path / "runs" / "cartpole_ppo" / "seed_0").rename(tmp_path / "gone")
+    added = run_module("benchmarks.results", "--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--seeds", "1",
+                       "--episodes", "4", "--num_envs", "2", "--out", str(tmp_path / "added"), "--runs",
+                       str(tmp_path / "runs"), "--data.init_args.total_frames=1024", "--add_to", str(first),
+                       timeout=600)
+    assert added.returncode == 0, added.stderr[-3000:]
+    joined = json.loads(added.stdout.strip().splitlines()[-1])
+    assert joined["settings"] == result["settings"] and not (tmp_path / "runs" / "cartpole_ppo" / "seed_0").exists()
+    assert [e["command"] for e in joined["earlier"]] == [json.loads(first.read_text())["command"]]
     # named evaluations of the same final policies (the seeds read back, not trained): a setting each
     named = run_module("benchmarks.results", "--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--seeds", "0",
                        "1", "--episodes", "4", "--num_envs", "2", "--out", str(tmp_path / "named"), "--runs",
@@ -67,6 +82,48 @@ def test_wrong_evaluations_are_refused_before_any_training(tmp_path, evaluations
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "--evaluations" in proc.stderr or "--sed" in proc.stderr or "--episodes" in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
+
+
+SAME = ["--episodes", "4", "--num_envs", "2", "--data.init_args.total_frames=1024"]
+
+
+@pytest.mark.parametrize("options, why", [
+    (["--seeds", "1", "2", *SAME], "holds seed(s) 1 already"),
+    (["--seeds", "3", *SAME[:1], "5", *SAME[2:]], "its episodes (4) is not this command's (5)"),
+    (["--seeds", "3", *SAME[:3], "4", *SAME[4:]], "its num_envs (2)"),
+    (["--seeds", "3", *SAME[:4], "--data.init_args.total_frames=2048"], "its fit overrides"),
+])
+def test_add_to_another_study_is_refused_before_any_training(tmp_path, options, why):
+    """``--add_to`` a results file of other options, or holding one of the command's seeds, ends the script in one
+    line, exit 2, before a seed trains."""
+    path = tmp_path / "cartpole_ppo-2026-11-01.json"
+    path.write_text(json.dumps({
+        "config": "configs/cartpole_ppo.yaml", "date": "2026-11-01", "episodes": 4,
+        "command": f"python benchmarks/results.py --config configs/cartpole_ppo.yaml --seeds 0 1 {' '.join(SAME)}",
+        "settings": {"None": {"policy": "ppo", "seeds": {"0": {}, "1": {}}, "references": {}}}}))
+    proc = run_module("benchmarks.results", "--config", str(REPO / "configs" / "cartpole_ppo.yaml"), *options,
+                      "--out", str(tmp_path / "results"), "--runs", str(tmp_path / "runs"), "--add_to", str(path),
+                      timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"--add_to {path}: " in proc.stderr and why in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
+
+
+def test_added_seeds_join_only_under_the_same_reference_rows():
+    """The joined seeds' mean ± SE is over all of them, in numeric order; other reference rows (the env or the
+    evaluation changed since) or other settings are refused."""
+    row = {"mean_return": 3.0, "won_rate": 1.0}
+    earlier = {"settings": {"weak": {"policy": "ppo", "seeds": {"10": {"mean_return": 1.0, "won_rate": 0.5}},
+                                     "references": {"random": {"mean_return": 0.0}}}}}
+    now = summarise({2: {"ppo": {"weak": row}, "random": {"weak": {"mean_return": 0.0}}}})
+    joined = results.added_to(earlier, now, "f.json")["weak"]
+    assert list(joined["seeds"]) == ["2", "10"] and joined["mean"] == 2.0 and joined["se"] == pytest.approx(1.0)
+    assert joined["rates"]["won_rate"] == {"mean": 0.75, "se": pytest.approx(0.25)}
+    other = summarise({2: {"ppo": {"weak": row}, "random": {"weak": {"mean_return": 0.5}}}})
+    with pytest.raises(SystemExit, match=r"f.json: the reference rows \(weak\) differ"):
+        results.added_to(earlier, other, "f.json")
+    with pytest.raises(SystemExit, match="its settings"):
+        results.added_to(earlier, summarise({2: {"ppo": {"strong": row}}}), "f.json")
 
 
 def test_named_evaluations_merge_into_one_setting_each():
