@@ -204,16 +204,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _earlier(path: str, args: argparse.Namespace, overrides: list[str]) -> dict:
-    """The results file ``path`` that ``--add_to`` names, checked against this command.
+def _earlier(parser: argparse.ArgumentParser, args: argparse.Namespace, overrides: list[str]) -> dict:
+    """The results file that ``--add_to`` names, checked against this command (``parser.error`` refuses it).
 
     Raises:
-        SystemExit: (exit 2, one line) the file is unreadable, of another config or options (episodes,
-            ``--num_envs``, ``--evaluations``, fit overrides), or holds one of this command's seeds.
+        SystemExit: (exit 2) the file is unreadable, of another config or options (episodes, ``--num_envs``,
+            ``--evaluations``, fit overrides), or holds one of this command's seeds.
     """
+    path = args.add_to
+
     def refuse(why: str):
-        print(f"error: --add_to {path}: {why}", file=sys.stderr)
-        raise SystemExit(2)
+        parser.error(f"--add_to {path}: {why}")
 
     try:
         with open(path) as f:
@@ -253,7 +254,7 @@ def main() -> None:
     options = ["--episodes", str(args.episodes), "--num_envs", str(args.num_envs)]
     for extra in [[]] if named is None else named.values():  # refused before any seed trains
         evaluate.check_options(["--ckpt_path", "last.ckpt", *options, *extra])
-    earlier = None if args.add_to is None else _earlier(args.add_to, args, overrides)
+    earlier = None if args.add_to is None else _earlier(parser, args, overrides)
     stem = os.path.splitext(os.path.basename(args.config))[0]
     runs = os.path.join(os.path.abspath(args.runs), stem)
     _call(seeds.main, "--config", args.config, "--seeds", *map(str, args.seeds), "--parallel", str(args.parallel),
