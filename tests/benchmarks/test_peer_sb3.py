@@ -29,9 +29,10 @@ def test_cartpole_ppo_maps_to_rl_zoo_settings():
 
 def test_pendulum_ppo_maps_its_normalisation_to_vec_normalize():
     hp, caveats = sb3_hyperparameters(_config("pendulum_ppo.yaml"), 100_000, 0)
-    assert (hp["n_envs"], hp["n_steps"], hp["batch_size"], hp["n_epochs"], hp["gamma"]) == (4, 1024, 64, 10, 0.9)
+    assert (hp["n_envs"], hp["n_steps"], hp["batch_size"], hp["n_epochs"], hp["gamma"]) == (4, 1024, 64, 10, 0.98)
+    assert hp["ent_coef"] == 0.01
     assert hp["normalize"] == {"norm_obs": True, "norm_reward": True, "clip_obs": 10.0, "clip_reward": 10.0,
-                               "gamma": 0.9}
+                               "gamma": 0.98}
     assert any("VecNormalize" in c for c in caveats)
     config = copy.deepcopy(_config("pendulum_ppo.yaml"))
     config["model"]["init_args"]["squash"] = "tanh"

@@ -196,12 +196,15 @@ def test_settings_get_their_own_figures_and_outcome_rates():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("config", "goal"), [("pendulum_ppo", -200.0), ("cartpole_novel_ppo_lstm", 475.0)])
-def test_a_config_meets_its_goal_on_seeds_it_was_not_tuned_on(tmp_path, config, goal):
-    """The published figure's way (the final policies, each on 50 held-out episodes) on seeds 20-22: the configs were
-    set on seeds 0-9 (docs/algorithms/ppo.md). About 5 min (Pendulum) and 6 min (recurrent) two seeds at a time."""
-    proc = run_module("benchmarks.results", "--config", str(REPO / "configs" / f"{config}.yaml"), "--seeds", "20",
-                      "21", "22", "--parallel", "2", "--episodes", "50", "--out", str(tmp_path / "results"),
+@pytest.mark.parametrize(("config", "goal", "seeds"), [("pendulum_ppo", -200.0, ("40", "41", "42")),
+                                                       ("cartpole_novel_ppo_lstm", 475.0, ("20", "21", "22"))])
+def test_a_config_meets_its_goal_on_seeds_it_was_not_tuned_on(tmp_path, config, goal, seeds):
+    """The published figure's way (the final policies, each on 50 held-out episodes) on three seeds the config was not
+    set on: Pendulum's gamma and entropy bonus were chosen on seeds 10-21 and checked on 0-9 and 22-39, the recurrent
+    config was set on seeds 0-9 (docs/algorithms/ppo.md). About 1 min (Pendulum) and 6 min (recurrent) two seeds at a
+    time."""
+    proc = run_module("benchmarks.results", "--config", str(REPO / "configs" / f"{config}.yaml"), "--seeds", *seeds,
+                      "--parallel", "2", "--episodes", "50", "--out", str(tmp_path / "results"),
                       "--runs", str(tmp_path / "runs"), timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     entry = json.loads(proc.stdout.strip().splitlines()[-1])["settings"]["None"]
