@@ -13,7 +13,7 @@ batches, in its own spawned process; the first ``warmup_batches`` are not timed 
 is ``cpu`` (``--trainer.accelerator=cpu``), ``gpu`` (``--trainer.accelerator=gpu``) or ``gpu:<mode>`` (GPU with
 ``model.compile=true`` and ``model.compile_mode=<mode>``), each optionally followed by ``+compile_policy`` and/or
 ``+cudagraph_policy`` (those ``data`` options set: TorchRL's collector compiles the policy or replays it as a CUDA
-graph).
+graph), ``+cuda_graph`` or ``+eager_update`` (``model.cuda_graph`` true or false: each update one CUDA graph, or not).
 
 ``--num_envs B`` scales a config to B envs (:func:`scaled_args`): the steps per env and batch (T) stay the config's;
 PPO keeps its minibatches per epoch (so its optimiser steps per batch) unless a minibatch would exceed
@@ -30,7 +30,9 @@ networks count there, as their GPU paths do not take them), over the timed batch
 counter, such as checkpoint writes) and the rest (collection, GAE, metrics, callbacks), with the source lines that
 cause most of them. Prints one JSON object (last stdout line): ``machine``, and per config and B (``results``:
 ``{config: {B: {...}}}``) ``settings`` (the scaled arguments), ``env_frames_per_s`` per device, and per run
-``frames_per_s``, ``updates_per_s``, ``fit_over_env``, ``syncs_per_update``, ``syncs_per_batch_outside_updates``,
+``frames_per_s``, ``updates_per_s``, ``update_ms_per_optimiser_step`` (the training steps alone, timed by CUDA events
+around the module's ``training_step`` on a GPU, over their optimiser steps), ``fit_over_env``,
+``syncs_per_update``, ``syncs_per_batch_outside_updates``,
 ``top_sync_sites``, ``peak_gpu_mb``, ``peak_rss_mb``; and ``gpu_over_cpu`` (frames/s ratios).
 """
 
@@ -67,6 +69,50 @@ def _add_reads(reads, phase: str, counts: collections.Counter, sites: collection
     counts[phase] += reads.total
     for where, n in reads.sites.items():
         sites[(phase, where)] += n
+
+
+def _update_clock(start_batch: int):
+    """A Lightning callback that times the training steps alone (the module's ``training_step``: the updates of a
+    collected batch) from batch ``start_batch`` on: CUDA events around each on a GPU (read once, at the end: no host
+    synchronisation in the run), the host clock on a CPU. ``seconds`` and ``optimiser_steps`` once the fit ends."""
+    import time
+
+    import lightning as L
+    import torch
+
+    class UpdateClock(L.Callback):
+        def __init__(self) -> None:
+            self.events, self.seconds, self.steps0, self.optimiser_steps = [], 0.0, None, 0
+
+        def on_train_start(self, trainer, pl_module) -> None:
+            step, cuda = pl_module.training_step, pl_module.device.type == "cuda"
+
+            def timed(batch, batch_idx):
+                if batch_idx < start_batch:
+                    return step(batch, batch_idx)
+                if self.steps0 is None:
+                    self.steps0 = trainer.global_step
+                if not cuda:
+                    start = time.perf_counter()
+                    out = step(batch, batch_idx)
+                    self.seconds += time.perf_counter() - start
+                    return out
+                events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                events[0].record()
+                out = step(batch, batch_idx)
+                events[1].record()
+                self.events.append(events)
+                return out
+
+            pl_module.training_step = timed
+
+        def on_train_end(self, trainer, pl_module) -> None:
+            if self.events:
+                torch.cuda.synchronize()
+                self.seconds = sum(a.elapsed_time(b) for a, b in self.events) / 1000
+            self.optimiser_steps = trainer.global_step - (self.steps0 or 0)
+
+    return UpdateClock
 
 
 def _sync_counter():
@@ -231,20 +277,23 @@ def run(config: str, run_name: str, batches: int, warmup_batches: int, extra: li
     # off-policy: the batches of random frames first have no training step (the timed ones are training batches)
     random_batches = -(-data.get("init_random_frames", 0) // data["frames_per_batch"]) if "utd_ratio" in data else 0
     frames = data["frames_per_batch"] * (warmup_batches + batches + random_batches)
-    counter = _sync_counter()(warmup_batches, count_cpu)
+    counter, clock = _sync_counter()(warmup_batches, count_cpu), _update_clock(warmup_batches)()
     with tempfile.TemporaryDirectory(prefix="gpu_path_") as tmp:
         args = ["--config", config, f"--trainer.accelerator={'gpu' if device == 'gpu' else 'cpu'}",
                 f"--trainer.default_root_dir={tmp}", f"--trainer.logger.init_args.save_dir={tmp}", *extra,
                 f"--data.init_args.total_frames={frames}"]
         if mode:
             args += ["--model.init_args.compile=true", f"--model.init_args.compile_mode={mode}"]
-        args += [f"--data.init_args.{option}=true" for option in policy_options]
+        model_options = {"cuda_graph": "true", "eager_update": "false"}
+        args += [f"--model.init_args.cuda_graph={model_options[option]}" if option in model_options
+                 else f"--data.init_args.{option}=true" for option in policy_options]
         sys.argv = sys.argv[:1]
-        timing, _ = timed_fit(args, warmup_batches, [counter])
+        timing, _ = timed_fit(args, warmup_batches, [counter, clock])
     updates = max(counter.updates, 1)
     counted = device == "gpu" or count_cpu
     sites = [{"phase": phase, "where": where, "count": n} for (phase, where), n in counter.sites.most_common(8)]
     return {**timing,
+            "update_ms_per_optimiser_step": 1000 * clock.seconds / max(clock.optimiser_steps, 1),
             "syncs_per_update": counter.counts["update"] / updates if counted else None,
             "syncs_per_batch_outside_updates": counter.counts["outside"] / max(counter.batches, 1) if counted else None,
             "timed_batches": counter.batches, "top_sync_sites": sites,

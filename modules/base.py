@@ -23,7 +23,7 @@ from modules.checks import check_finite, check_loaded_weights, keep_config_value
 from modules.loading import CheckpointLoading
 from modules.metrics import MetricLogging
 from modules.restored_training import check_training_state
-from modules.updates import COMPILE_MODES, OptimiserUpdates
+from modules.updates import COMPILE_MODES, CUDA_GRAPH_MODES, OptimiserUpdates
 
 _DONE_KEYS = ("done", "terminated", "truncated")
 
@@ -51,6 +51,8 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
             sota-implementations' ``compile`` option); built on the first update.
         compile_mode: ``torch.compile``'s mode: null or ``default``, ``reduce-overhead`` (CUDA graphs on a GPU; on a
             CPU the same as ``default``), ``max-autotune``, ``max-autotune-no-cudagraphs``.
+        cuda_graph: the whole update of a minibatch (loss, backward, clip, optimiser step) as one CUDA graph on a GPU
+            (:mod:`modules.graph_update`; modules that support it say so); on a CPU the same update without a graph.
 
     Attributes:
         updates_all_parameters: every update gives every trained parameter a gradient (False for TD3, whose
@@ -58,19 +60,25 @@ class RLModule(CheckpointLoading, Acting, OptimiserUpdates, MetricLogging, L.Lig
             ``pipelines.compatibility.check_strategy_fit`` asks of the strategy before any work.
 
     Raises:
-        ValueError: ``compile_mode`` not one of those, or set without ``compile``.
+        ValueError: ``compile_mode`` not one of those, or set without ``compile``; ``cuda_graph`` with a
+            ``compile_mode`` that replays CUDA graphs itself.
     """
 
     updates_all_parameters: bool = True
 
-    def __init__(self, compile: bool = False, compile_mode: str | None = None) -> None:
+    def __init__(self, compile: bool = False, compile_mode: str | None = None, cuda_graph: bool = False) -> None:
         super().__init__()
         if compile_mode not in COMPILE_MODES:
             raise ValueError(f"model.compile_mode={compile_mode!r} is not allowed: null or one of "
                              f"{', '.join(m for m in COMPILE_MODES if m)}")
         if compile_mode is not None and not compile:
             raise ValueError(f"model.compile_mode={compile_mode!r} needs model.compile=true")
+        if cuda_graph and compile_mode in CUDA_GRAPH_MODES:
+            raise ValueError(f"model.cuda_graph=true captures the whole update already: model.compile_mode must be "
+                             f"null, default or max-autotune-no-cudagraphs, not {compile_mode!r}")
         self.compile_options = (bool(compile), compile_mode)
+        self.cuda_graph = bool(cuda_graph)
+        self._graphed_update = None  # modules.graph_update.GraphedUpdate of the current optimiser (cuda_graph)
         self._compiled_loss = None  # torch.compile of self.loss, built on the first update (update_loss)
         self.automatic_optimization = False
         self.collected_frames = 0  # frames of all ranks (ranks collect in lockstep, equal batches)

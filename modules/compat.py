@@ -13,7 +13,7 @@ from torch.utils._pytree import tree_map
 WRITTEN_FOR = {"torch": "2.13", "lightning": "2.6", "jsonargparse": "4.53"}
 
 __all__ = ["WRITTEN_FOR", "denying_import_path_entry", "given_hyperparameters", "import_path_settings", "lerp_",
-           "optimizer_step_between_hooks", "set_import_path_settings", "tree_map"]
+           "optimizer_progress", "optimizer_step_between_hooks", "set_import_path_settings", "tree_map"]
 
 
 def given_hyperparameters() -> dict | None:
@@ -33,6 +33,18 @@ def optimizer_step_between_hooks(optimizer) -> None:
     optimizer._on_before_step()
     optimizer.optimizer.step()
     optimizer._on_after_step()
+
+
+def optimizer_progress(optimizer, step):
+    """``step()`` (which steps the wrapped torch optimiser once, e.g. a CUDA graph's replay) between a
+    ``LightningOptimizer``'s progress calls, as :func:`optimizer_step_between_hooks` makes them; a plain torch
+    optimiser's just ``step()``. Returns what ``step`` returns."""
+    if not hasattr(optimizer, "_on_before_step"):
+        return step()
+    optimizer._on_before_step()
+    out = step()
+    optimizer._on_after_step()
+    return out
 
 
 def import_path_settings() -> tuple[dict, bool]:

@@ -21,6 +21,7 @@ from modules.checks import DISCOUNT, LEARNING_RATE, check_hparams
 from modules.compatibility import class_path
 from modules.gae import bootstrapped_gae
 from modules.gaussian import GaussianPolicy, Squash, gaussian_entropy, gaussian_log_prob
+from modules.graph_update import graph_adam
 from modules.normalization import NORMALIZED, ReturnsInCheckpoint, VecNormalization
 from modules.policy import TensorPolicy
 from modules.ppo_loss import clipped_loss, ppo_loss
@@ -71,6 +72,7 @@ class PPOModule(ReturnsInCheckpoint, RLModule):
         normalize_clip: both normalisations (:mod:`modules.normalization`) clip at this many standard deviations.
         compile: run the update's loss through ``torch.compile`` (see :class:`modules.base.RLModule`).
         compile_mode: ``torch.compile``'s mode (null, ``default``, ``reduce-overhead``: CUDA graphs, ...).
+        cuda_graph: on a GPU each minibatch's whole update as one CUDA graph (:mod:`modules.graph_update`).
     """
 
     def __init__(
@@ -98,8 +100,9 @@ class PPOModule(ReturnsInCheckpoint, RLModule):
         normalize_clip: float = 10.0,
         compile: bool = False,
         compile_mode: str | None = None,
+        cuda_graph: bool = False,
     ) -> None:
-        super().__init__(compile, compile_mode)
+        super().__init__(compile, compile_mode, cuda_graph)
         check_hparams(("lr", lr, 0 < lr <= 1, LEARNING_RATE), ("gamma", gamma, 0 <= gamma <= 1, DISCOUNT),
                       ("gae_lambda", gae_lambda, 0 <= gae_lambda <= 1, DISCOUNT),
                       ("clip_epsilon", clip_epsilon, 0 < clip_epsilon <= 1, "in (0, 1]"),
@@ -264,21 +267,15 @@ class PPOModule(ReturnsInCheckpoint, RLModule):
     def training_step(self, batch, batch_idx: int) -> Tensor:
         """One optimiser step (and learning-rate step) per minibatch of ``batch``, in order: the minibatches of
         one collected batch (``pipelines.data.on_policy.Minibatches``, or any iterable of TensorDicts ``[N]``,
-        e.g. a TensorDict ``[K, N]``)."""
+        e.g. a TensorDict ``[K, N]``); :meth:`~modules.updates.OptimiserUpdates.minibatch_steps`."""
         optimizer, scheduler = self.optimizers(), self.lr_schedulers()
-        rows = []
-        for minibatch in batch:
-            out = self.update_loss(minibatch)
-            loss = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
-            grad_norm = self.optimizer_update(optimizer, loss, self.hparams.max_grad_norm)
-            scheduler.step()
-            # (each one value: reshape, not mean, saves a kernel per metric and update)
-            rows.append(torch.stack([*(out[k].detach().reshape(()) for k in _RECORDED[:-2]), loss.detach(), grad_norm]))
+        rows = self.minibatch_steps(batch, optimizer, scheduler, _RECORDED[:3], _RECORDED[:-2],
+                                    self.hparams.max_grad_norm)
         self.record_updates([f"train/{k}" for k in _RECORDED], rows)
         self.record("train/lr", scheduler.get_last_lr()[0])
         if self.continuous:
             self.record("train/action_std", self._gaussian().log_std.detach().exp().mean())
-        return loss.detach()
+        return rows[-1][-2]  # the last update's loss
 
     def _gaussian(self) -> GaussianPolicy:
         """The Gaussian policy head (under the normalisation's wrapper, where there is one)."""
@@ -289,7 +286,8 @@ class PPOModule(ReturnsInCheckpoint, RLModule):
         # fused: one kernel for all parameters, and a non-finite update is skipped inside it (no host read per
         # update, RLModule.optimizer_update); on a CPU its step took 65 us against 262 us for torch's default
         # (for-loop) Adam with CartPole's two 64 x 64 MLPs, the same update up to float rounding (about 1e-7)
-        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, fused=True)
+        optimizer = (graph_adam(self.parameters(), self.hparams.lr, self.device) if self.cuda_graph  # (a device rate)
+                     else torch.optim.Adam(self.parameters(), lr=self.hparams.lr, fused=True))
         linear = self.hparams.lr_schedule == "linear"
         schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: self._remaining() if linear else 1.0)
         return [optimizer], [schedule]

@@ -3,6 +3,8 @@ gradient clipping and the step, with non-finite updates skipped and counted."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import lightning as L
 import torch
 from lightning.pytorch.plugins.precision import Precision
@@ -12,9 +14,21 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from modules.compat import optimizer_step_between_hooks, tree_map
+from modules.graph_update import GraphedUpdate
 
 COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that replay CUDA graphs on a GPU
+
+
+def lightning_adds_only_hooks(module: L.LightningModule, trainer: L.Trainer) -> bool:
+    """Whether Lightning's backward and optimiser step would add nothing to torch's in ``trainer``'s fit but calls of
+    hooks nobody overrides: a ``SingleDeviceStrategy``, the default full precision (``Precision``: no scaler, no
+    autocast), and no callback or ``module`` overriding ``on_before_backward``, ``on_after_backward``,
+    ``on_before_optimizer_step`` or (the module) ``backward``."""
+    hooks = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
+    return (type(trainer.strategy) is SingleDeviceStrategy and type(trainer.precision_plugin) is Precision
+            and not any(is_overridden(h, c, L.Callback) for c in trainer.callbacks for h in hooks)
+            and not any(is_overridden(h, module, L.LightningModule) for h in (*hooks, "backward")))
 
 
 class OptimiserUpdates:
@@ -53,7 +67,14 @@ class OptimiserUpdates:
 
         The backward and the step go through Lightning (``manual_backward``, ``LightningOptimizer.step``), or straight
         to torch where Lightning would add nothing but its hook calls (:meth:`direct_update`)."""
-        direct = self.direct_update()
+        norm, found = self.apply_update(optimizer, loss, max_grad_norm, self.direct_update())
+        self.count_nonfinite(found)
+        return norm
+
+    def apply_update(self, optimizer, loss: Tensor, max_grad_norm: float, direct: bool) -> tuple[Tensor, Tensor]:
+        """:meth:`optimizer_update` without the counting: returns the norm before clipping and whether the update was
+        skipped (both 0-dim tensors). ``optimizer``: a ``LightningOptimizer``, or a torch optimiser (then ``direct``:
+        the step is torch's alone, as inside a captured graph, :class:`modules.graph_update.GraphedUpdate`)."""
         optimizer.zero_grad()
         if direct:
             loss.backward()
@@ -68,15 +89,56 @@ class OptimiserUpdates:
             self._step(optimizer, direct)
         elif not bool(found):
             self._step(optimizer, direct)
+        return norm, found
+
+    def count_nonfinite(self, found: Tensor) -> None:
+        """Add an update's skip flag ``found`` (a 0-dim bool tensor) to the counters of non-finite updates."""
         self.nonfinite_updates = self.nonfinite_updates + found
         self.consecutive_nonfinite = (self.consecutive_nonfinite + 1) * found
-        return norm
+
+    def minibatch_steps(self, minibatches, optimizer, scheduler, losses: Sequence[str], recorded: Sequence[str],
+                        max_grad_norm: float) -> list[Tensor]:
+        """One update (:meth:`minibatch_update`) and one learning-rate step per minibatch of ``minibatches``, in
+        order; with ``cuda_graph`` each update a replay of its CUDA graph (:meth:`graphed_update`). Returns each
+        update's row ``[len(recorded) + 2]``: the ``recorded`` values of the loss's results, the loss (the sum of its
+        ``losses``) and the gradient norm before clipping."""
+        def update(minibatch, optimizer_, direct=True):
+            return self.minibatch_update(minibatch, optimizer_, losses, recorded, max_grad_norm, direct)
+
+        graph = self.graphed_update(optimizer, update) if self.cuda_graph else None
+        rows = []
+        for minibatch in minibatches:
+            out = update(minibatch, optimizer, self.direct_update()) if graph is None else graph(minibatch)
+            self.count_nonfinite(out["skipped"])
+            scheduler.step()
+            rows.append(out["row"])
+        return rows
+
+    def minibatch_update(self, minibatch: TensorDict, optimizer, losses: Sequence[str], recorded: Sequence[str],
+                         max_grad_norm: float, direct: bool = True) -> TensorDict:
+        """The update of one minibatch: :meth:`update_loss`, the sum of its ``losses``, then :meth:`apply_update`.
+        Returns ``row`` (as :meth:`minibatch_steps`) and ``skipped`` (a non-finite update, not applied), with no host
+        read: what a CUDA graph captures."""
+        out = self.update_loss(minibatch)
+        loss = out[losses[0]]
+        for key in losses[1:]:
+            loss = loss + out[key]
+        grad_norm, skipped = self.apply_update(optimizer, loss, max_grad_norm, direct)
+        # (each one value: reshape, not mean, saves a kernel per metric and update)
+        row = torch.stack([*(out[k].detach().reshape(()) for k in recorded), loss.detach(), grad_norm])
+        return TensorDict(row=row, skipped=skipped)
+
+    def graphed_update(self, optimizer, update) -> GraphedUpdate:
+        """``update(minibatch, torch_optimizer) -> TensorDict`` as one CUDA graph for ``optimizer``
+        (:class:`modules.graph_update.GraphedUpdate`, ``model.cuda_graph``), built once per optimiser."""
+        raw = getattr(optimizer, "optimizer", optimizer)
+        if self._graphed_update is None or self._graphed_update.raw is not raw:
+            self._graphed_update = GraphedUpdate(update, optimizer)
+        return self._graphed_update
 
     def direct_update(self) -> bool:
         """Whether Lightning's ``manual_backward`` and optimiser step would add nothing to torch's ``loss.backward()``
-        and ``optimizer.step()`` in this fit but calls of hooks nobody overrides: a ``SingleDeviceStrategy``, the
-        default full precision (``Precision``: no scaler, no autocast), and no callback or this module overriding
-        ``on_before_backward``, ``on_after_backward``, ``on_before_optimizer_step`` or (the module) ``backward``.
+        and ``optimizer.step()`` in this fit but calls of hooks nobody overrides (:func:`lightning_adds_only_hooks`).
         Then :meth:`optimizer_update` calls torch itself, keeping Lightning's count of optimiser steps
         (``trainer.global_step``): on a CPU Lightning's hook calls took about 0.1 ms of a 1.7 ms DQN update
         (``benchmarks/update_overhead.py``; tested to give the same weights as Lightning's path). Decided once per
@@ -85,19 +147,15 @@ class OptimiserUpdates:
         if trainer is None:
             return False
         if self._direct_update is None or self._direct_update[0] is not trainer:
-            hooks = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
-            direct = (type(trainer.strategy) is SingleDeviceStrategy and type(trainer.precision_plugin) is Precision
-                      and not any(is_overridden(h, c, L.Callback) for c in trainer.callbacks for h in hooks)
-                      and not any(is_overridden(h, self, L.LightningModule) for h in (*hooks, "backward")))
-            self._direct_update = (trainer, direct)
+            self._direct_update = (trainer, lightning_adds_only_hooks(self, trainer))
         return self._direct_update[1]
 
     @staticmethod
     def _step(optimizer, direct: bool) -> None:
         """``optimizer.step()`` of a ``LightningOptimizer``; with ``direct`` (:meth:`direct_update`) the wrapped torch
         optimiser's step between the manual loop's own progress calls (what ``LightningOptimizer.step`` makes of it,
-        less the strategy's and precision plugin's hook calls)."""
-        if not direct:
+        less the strategy's and precision plugin's hook calls); a torch optimiser's own step."""
+        if not direct or not hasattr(optimizer, "optimizer"):
             optimizer.step()
             return
         optimizer_step_between_hooks(optimizer)

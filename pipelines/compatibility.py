@@ -19,6 +19,7 @@ from lightning.pytorch.strategies import DDPStrategy
 from envs import EnvConfig, EnvSpecs, make_env
 from modules.base import RLModule
 from modules.compatibility import class_path
+from modules.updates import lightning_adds_only_hooks
 from pipelines.compat import ddp_finds_unused_parameters
 from pipelines.data import OnPolicyDataModule, RLDataModule
 
@@ -125,3 +126,19 @@ def check_strategy_fit(model: RLModule, strategy) -> None:
             strategy):
         raise ValueError(f"trainer.strategy: model.class_path={class_path(model)} leaves some parameters out of some "
                          f"updates, which DDP must be told: use --trainer.strategy=ddp_find_unused_parameters_true")
+
+
+def check_graph_fit(model: RLModule, trainer) -> None:
+    """Check, before any work, that ``model.cuda_graph`` can capture the whole update in ``trainer``'s fit: the graph
+    replays torch's backward and step alone, so it needs one device, full precision and no callback or module hook
+    around the backward or the step (:func:`modules.updates.lightning_adds_only_hooks`), which it would skip.
+
+    Raises:
+        ValueError: what stands in the way, naming ``model.cuda_graph``.
+    """
+    if getattr(model, "cuda_graph", False) and not lightning_adds_only_hooks(model, trainer):
+        raise ValueError(f"model.cuda_graph=true needs one device (trainer.strategy: auto, one device), "
+                         f"trainer.precision=32-true and no callback overriding on_before_backward, "
+                         f"on_after_backward or on_before_optimizer_step; this run has the strategy "
+                         f"{type(trainer.strategy).__name__} and the precision plugin "
+                         f"{type(trainer.precision_plugin).__name__}")

@@ -55,7 +55,7 @@ from modules.import_policy import HELP as IMPORT_HELP  # noqa: E402
 from modules.import_policy import check_env_ids, check_named_objects, restrict_class_paths  # noqa: E402
 from pipelines.catalogue import catalogue  # noqa: E402
 from pipelines.checkpoints import IDENTITY_KEYS, check_resume_checkpoint, weights_mismatch  # noqa: E402
-from pipelines.compatibility import check_data_fit, check_env_fit, check_strategy_fit  # noqa: E402
+from pipelines.compatibility import check_data_fit, check_env_fit, check_graph_fit, check_strategy_fit  # noqa: E402
 from pipelines.config_files import check_config_inputs  # noqa: E402
 from pipelines.console import quiet_console, run_summary  # noqa: E402
 from pipelines.data import RLDataModule, StopRequested  # noqa: E402
@@ -206,6 +206,7 @@ class FitCLI(LightningCLI):
             check_memory(self.model, self.datamodule, specs)  # networks, batches and buffer that cannot fit
             check_data_fit(self.model, self.datamodule)  # data path <-> algorithm
             check_strategy_fit(self.model, self.trainer.strategy)  # DDP <-> the algorithm's updates
+            check_graph_fit(self.model, self.trainer)  # model.cuda_graph <-> the strategy, precision and hooks
             if self.trains:
                 self.datamodule.check_budget(self.trainer.world_size)
             if self.trains and self.config.weights_from is not None and self.config.ckpt_path is None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from modules.base import RLModule
+from modules.graph_update import WARMUP_CALLS
 from pipelines.data import RLDataModule
 from pipelines.fit import FitCLI
 from tests.pipelines.conftest import REPO
@@ -19,6 +20,7 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (--trainer.accelerator=gpu)")]
 
 RUNS = {"ppo": ["--config", str(REPO / "configs" / "dvrp_smoke.yaml")],
+        "ppo_cuda_graph": ["--config", str(REPO / "configs" / "dvrp_smoke.yaml"), "--model.init_args.cuda_graph=true"],
         "dqn": ["--config", str(REPO / "configs" / "cartpole_dqn.yaml"), "--data.init_args.total_frames=2048",
                 "--data.init_args.replay_buffer.init_random_frames=256"],
         "td3": ["--config", str(REPO / "configs" / "pendulum_td3.yaml"), "--data.init_args.total_frames=504",
@@ -62,3 +64,28 @@ def test_a_dqn_run_under_cuda_graphs_keeps_every_updates_td_errors(tmp_path, mon
                  save_config_callback=None, auto_configure_optimizers=False, args=args)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     assert cli.trainer.global_step > 128
+
+
+def test_the_graphed_ppo_update_replays_the_eager_one(tmp_path, monkeypatch):
+    """``model.cuda_graph``: one collected batch (the same for both: the same weights collect it), 4 updates at a
+    constant learning rate, the last two replays of the captured graph; the weights end as the eager updates leave
+    them, to float32 rounding (the graph's Adam reads a float32 learning rate)."""
+    monkeypatch.setattr("sys.argv", ["fit"])
+    runs = []
+    for graph in ("false", "true"):
+        args = [*RUNS["ppo"], "--trainer.accelerator=gpu", "--trainer.enable_checkpointing=false",
+                "--trainer.logger=false", "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
+                "--data.init_args.total_frames=480", "--model.init_args.lr_schedule=constant",
+                f"--model.init_args.cuda_graph={graph}",
+                f"--trainer.default_root_dir={tmp_path / graph}"]
+        cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
+                     save_config_callback=None, auto_configure_optimizers=False, args=args)
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+        runs.append(cli)
+    eager, graphed = runs
+    graph = graphed.model._graphed_update._graph
+    assert graph.counter == WARMUP_CALLS and isinstance(graph.graph, torch.cuda.CUDAGraph)  # captured, replayed
+    assert eager.trainer.global_step == graphed.trainer.global_step == 4
+    assert isinstance(graphed.trainer.optimizers[0].param_groups[0]["lr"], torch.Tensor)  # the one the graph reads
+    for (name, a), b in zip(eager.model.state_dict().items(), graphed.model.state_dict().values(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=name)
