@@ -7,13 +7,15 @@ from __future__ import annotations
 import torch
 from jsonargparse._common import denying_import_path_entry, parsing_settings
 from lightning.pytorch.core.mixins.hparams_mixin import _given_hyperparameters
+from tensordict.nn.functional_modules import _exclude_td_from_pytree
 from torch import Tensor
 from torch.utils._pytree import tree_map
 
-WRITTEN_FOR = {"torch": "2.13", "lightning": "2.6", "jsonargparse": "4.53"}
+WRITTEN_FOR = {"torch": "2.13", "lightning": "2.6", "jsonargparse": "4.53", "tensordict": "0.14"}
 
-__all__ = ["WRITTEN_FOR", "denying_import_path_entry", "given_hyperparameters", "import_path_settings", "lerp_",
-           "optimizer_progress", "optimizer_step_between_hooks", "set_import_path_settings", "tree_map"]
+__all__ = ["WRITTEN_FOR", "denying_import_path_entry", "exclude_tensordict_from_pytree", "given_hyperparameters",
+           "import_path_settings", "lerp_", "optimizer_progress", "optimizer_step_between_hooks",
+           "set_import_path_settings", "tree_map"]
 
 
 def given_hyperparameters() -> dict | None:
@@ -33,6 +35,12 @@ def optimizer_step_between_hooks(optimizer) -> None:
     optimizer._on_before_step()
     optimizer.optimizer.step()
     optimizer._on_after_step()
+
+
+def exclude_tensordict_from_pytree() -> None:
+    """Remove TensorDict from torch's pytree registry for the rest of the process, as tensordict's
+    ``CudaGraphModule`` needs (it warns and does so itself otherwise)."""
+    _exclude_td_from_pytree().set()
 
 
 def optimizer_progress(optimizer, step):

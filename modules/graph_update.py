@@ -11,9 +11,8 @@ from collections.abc import Callable
 import torch
 from tensordict import TensorDict
 from tensordict.nn import CudaGraphModule
-from tensordict.nn.functional_modules import _exclude_td_from_pytree
 
-from modules.compat import optimizer_progress
+from modules.compat import exclude_tensordict_from_pytree, optimizer_progress
 
 # a capture needs the optimiser's lazy state (made by its first step) and the kernels' first runs behind it:
 # the first call runs eagerly on a side stream, the second runs eagerly once more and is captured, the rest replay
@@ -65,7 +64,10 @@ class GraphedUpdate:
         if minibatch.device is None or minibatch.device.type != "cuda":
             return optimizer_progress(self.optimizer, lambda: self._step(minibatch))
         if self._graph is None:
-            _exclude_td_from_pytree().set()
+            for group in self.raw.param_groups:  # (a resumed run's optimiser state may hold a float or a CPU rate)
+                group["lr"] = torch.as_tensor(group["lr"], dtype=torch.float32, device=minibatch.device)
+                group["capturable"] = True
+            exclude_tensordict_from_pytree()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # (its prototype notice)
                 self._graph = CudaGraphModule(self._step, warmup=WARMUP_CALLS, in_keys=[], device=minibatch.device)

@@ -32,6 +32,8 @@ _RECORDED = ("loss_objective", "loss_critic", "loss_entropy", "entropy", "kl_app
              "explained_variance", "loss", "grad_norm")
 
 
+SCHEDULES = ("constant", "linear")  # of the learning rate and the clip range
+
 # far above any useful scale; catches a mistyped exponent (1e30 overflowed the critic's squared error to inf)
 MAX_REWARD_SCALE = 1e6
 
@@ -117,9 +119,8 @@ class PPOModule(ReturnsInCheckpoint, RLModule):
                       ("normalize_clip", normalize_clip, 0 < normalize_clip < math.inf, "> 0 and finite"),
                       ("reward_scale", reward_scale, not normalize_reward or reward_scale == 1.0,
                        "1 with model.normalize_reward=true (the normalisation scales the rewards)"))
-        for key, value, allowed in (("lr_schedule", lr_schedule, ("constant", "linear")),
-                                    ("clip_schedule", clip_schedule, ("constant", "linear")),
-                                    ("squash", squash, ("clip", "tanh"))):
+        for key, value, allowed in (("lr_schedule", lr_schedule, SCHEDULES), ("squash", squash, ("clip", "tanh")),
+                                    ("clip_schedule", clip_schedule, SCHEDULES)):
             if value not in allowed:
                 raise ValueError(f"model.{key}={value!r} is not allowed: one of {', '.join(allowed)}")
         self.recurrent = bool(getattr(network, "recurrent", False))  # modules.recurrent.LSTMActorCritic

@@ -338,7 +338,8 @@ def test_the_gpu_config_is_the_headline_cut_into_shorter_batches(tmp_path):
     several cut episodes and writes its checkpoint."""
     gpu, cpu = (yaml.safe_load((REPO / "configs" / name).read_text()) for name in ("dvrp_gpu.yaml", "dvrp.yaml"))
     assert gpu["data"]["init_args"]["env"] == cpu["data"]["init_args"]["env"]
-    minibatches = ("ppo_epochs", "mini_batch_size")  # (the GPU's batches are cut into its own minibatches)
+    # (the GPU's batches are cut into its own minibatches; cuda_graph replays the same update as one CUDA graph)
+    minibatches = ("ppo_epochs", "mini_batch_size", "cuda_graph")
     assert {k: v for k, v in gpu["model"]["init_args"].items() if k not in minibatches} == \
         {k: v for k, v in cpu["model"]["init_args"].items() if k not in minibatches}
     data = gpu["data"]["init_args"]
