@@ -19,10 +19,12 @@ from tests.pipelines.conftest import REPO
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (--trainer.accelerator=gpu)")]
 
-RUNS = {"ppo": ["--config", str(REPO / "configs" / "dvrp_smoke.yaml")],
-        "ppo_cuda_graph": ["--config", str(REPO / "configs" / "dvrp_smoke.yaml"), "--model.init_args.cuda_graph=true"],
-        "dqn": ["--config", str(REPO / "configs" / "cartpole_dqn.yaml"), "--data.init_args.total_frames=2048",
-                "--data.init_args.replay_buffer.init_random_frames=256"],
+PPO = ["--config", str(REPO / "configs" / "dvrp_smoke.yaml")]
+DQN = ["--config", str(REPO / "configs" / "cartpole_dqn.yaml"), "--data.init_args.replay_buffer.init_random_frames=256"]
+GRAPH = "--model.init_args.cuda_graph=true"
+RUNS = {"ppo": PPO, "ppo_cuda_graph": [*PPO, GRAPH],
+        "dqn": [*DQN, "--data.init_args.total_frames=2048"],
+        "dqn_cuda_graph": [*DQN, "--data.init_args.total_frames=2048", GRAPH],
         "td3": ["--config", str(REPO / "configs" / "pendulum_td3.yaml"), "--data.init_args.total_frames=504",
                 "--data.init_args.replay_buffer.init_random_frames=104"]}
 
@@ -66,18 +68,22 @@ def test_a_dqn_run_under_cuda_graphs_keeps_every_updates_td_errors(tmp_path, mon
     assert cli.trainer.global_step > 128
 
 
-def test_the_graphed_ppo_update_replays_the_eager_one(tmp_path, monkeypatch):
-    """``model.cuda_graph``: one collected batch (the same for both: the same weights collect it), 4 updates at a
-    constant learning rate, the last two replays of the captured graph; the weights end as the eager updates leave
-    them, to float32 rounding (the graph's Adam reads a float32 learning rate)."""
+# the same data for both runs: PPO one collected batch (the same weights collect it), 4 updates at a constant learning
+# rate; DQN the batches of random frames, then one batch, 4 updates (sampled by the same generator)
+GRAPHED = {"ppo": [*PPO, "--data.init_args.total_frames=480", "--model.init_args.lr_schedule=constant"],
+           "dqn": [*DQN, "--data.init_args.total_frames=512", "--data.init_args.replay_buffer.utd_ratio=4"]}
+
+
+@pytest.mark.parametrize("algorithm", list(GRAPHED))
+def test_the_graphed_update_replays_the_eager_one(algorithm, tmp_path, monkeypatch):
+    """``model.cuda_graph``: 4 updates, the last two replays of the captured graph; the weights end as the eager
+    updates leave them, to float32 rounding (the graph's Adam reads a float32 learning rate)."""
     monkeypatch.setattr("sys.argv", ["fit"])
     runs = []
     for graph in ("false", "true"):
-        args = [*RUNS["ppo"], "--trainer.accelerator=gpu", "--trainer.enable_checkpointing=false",
+        args = [*GRAPHED[algorithm], "--trainer.accelerator=gpu", "--trainer.enable_checkpointing=false",
                 "--trainer.logger=false", "--trainer.enable_progress_bar=false", "--trainer.callbacks=[]",
-                "--data.init_args.total_frames=480", "--model.init_args.lr_schedule=constant",
-                f"--model.init_args.cuda_graph={graph}",
-                f"--trainer.default_root_dir={tmp_path / graph}"]
+                f"--model.init_args.cuda_graph={graph}", f"--trainer.default_root_dir={tmp_path / graph}"]
         cli = FitCLI(RLModule, RLDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
                      save_config_callback=None, auto_configure_optimizers=False, args=args)
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
