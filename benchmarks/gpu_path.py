@@ -74,7 +74,7 @@ def _add_reads(reads, phase: str, counts: collections.Counter, sites: collection
 def _update_clock(start_batch: int):
     """A Lightning callback that times the training steps alone (the module's ``training_step``: the updates of a
     collected batch) from batch ``start_batch`` on: CUDA events around each on a GPU (read once, at the end: no host
-    synchronisation in the run), the host clock on a CPU. ``seconds`` and ``optimiser_steps`` once the fit ends."""
+    synchronisation in the run), the host clock on a CPU. ``seconds`` once the fit ends."""
     import time
 
     import lightning as L
@@ -82,7 +82,7 @@ def _update_clock(start_batch: int):
 
     class UpdateClock(L.Callback):
         def __init__(self) -> None:
-            self.events, self.seconds, self.steps0, self.optimiser_steps = [], 0.0, None, 0
+            self.events, self.seconds = [], 0.0
 
         def on_train_start(self, trainer, pl_module) -> None:
             step, cuda = pl_module.training_step, pl_module.device.type == "cuda"
@@ -90,8 +90,6 @@ def _update_clock(start_batch: int):
             def timed(batch, batch_idx):
                 if batch_idx < start_batch:
                     return step(batch, batch_idx)
-                if self.steps0 is None:
-                    self.steps0 = trainer.global_step
                 if not cuda:
                     start = time.perf_counter()
                     out = step(batch, batch_idx)
@@ -110,7 +108,6 @@ def _update_clock(start_batch: int):
             if self.events:
                 torch.cuda.synchronize()
                 self.seconds = sum(a.elapsed_time(b) for a, b in self.events) / 1000
-            self.optimiser_steps = trainer.global_step - (self.steps0 or 0)
 
     return UpdateClock
 
@@ -293,7 +290,7 @@ def run(config: str, run_name: str, batches: int, warmup_batches: int, extra: li
     counted = device == "gpu" or count_cpu
     sites = [{"phase": phase, "where": where, "count": n} for (phase, where), n in counter.sites.most_common(8)]
     return {**timing,
-            "update_ms_per_optimiser_step": 1000 * clock.seconds / max(clock.optimiser_steps, 1),
+            "update_ms_per_optimiser_step": 1000 * clock.seconds / updates,  # (the counter's optimiser steps)
             "syncs_per_update": counter.counts["update"] / updates if counted else None,
             "syncs_per_batch_outside_updates": counter.counts["outside"] / max(counter.batches, 1) if counted else None,
             "timed_batches": counter.batches, "top_sync_sites": sites,

@@ -32,9 +32,7 @@ def lerp_(targets: list[Tensor], sources: list[Tensor], weight: float) -> None:
 def optimizer_step_between_hooks(optimizer) -> None:
     """A ``LightningOptimizer``'s wrapped torch step between the manual loop's progress calls, which its ``step``
     makes (``_on_before_step`` / ``_on_after_step``), without the strategy's and precision plugin's hook calls."""
-    optimizer._on_before_step()
-    optimizer.optimizer.step()
-    optimizer._on_after_step()
+    optimizer_progress(optimizer, optimizer.optimizer.step)
 
 
 def exclude_tensordict_from_pytree() -> None:
