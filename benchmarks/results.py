@@ -14,14 +14,14 @@ and read back by a later command under the same checkpoint and options (``--fres
 added to a study one session at a time; where the earlier seeds' folders are gone (another checkout),
 ``--add_to FILE`` adds this command's seeds to the results file FILE of the same config and options (checked before
 any seed trains: the same config, episodes, ``--num_envs``, ``--evaluations`` and fit overrides, no seed in both), its
-reference rows played again and required equal to FILE's (the same code on the same episodes), FILE's commands kept
-under ``earlier``. The file ``<out>/<config stem>-<date>.json`` holds each seed's return ± SE
-over its episodes, the mean ± SE over seeds of those returns (the figure to publish; the SE is null for one seed),
-every reference row, the machine and the command; its content is also the last stdout line. For an env that evaluates
-under several settings (the hockey opponents) each setting has its own figures. ``--evaluations '{name: [options]}'``
-evaluates each final policy once per name with those ``pipelines.evaluate`` options added, each name a setting of the
-file (``name/setting`` where the env has its own): e.g. a DVRP policy trained on mixed sizes, on 100-customer days
-and on whole Solomon R2 days::
+reference rows played again and required to reproduce FILE's within 2 SE (bit-equal on one machine only; FILE's rows
+kept, the differences under ``reference_differences``), FILE's commands and machines kept under ``earlier``. The
+file ``<out>/<config stem>-<date>.json`` holds each seed's return ± SE over its episodes, the mean ± SE over seeds of
+those returns (the figure to publish; the SE is null for one seed), every reference row, the machine and the command;
+its content is also the last stdout line. For an env that evaluates under several settings (the hockey opponents)
+each setting has its own figures. ``--evaluations '{name: [options]}'`` evaluates each final policy once per name
+with those ``pipelines.evaluate`` options added, each name a setting of the file (``name/setting`` where the env has
+its own): e.g. a DVRP policy trained on mixed sizes, on 100-customer days and on whole Solomon R2 days::
 
     --evaluations '{"N100": ["--data.init_args.env.init_args.num_customers=100",
                              "--data.init_args.env.init_args.num_vehicles=7"],
@@ -156,27 +156,49 @@ def _over_seeds(entry: dict) -> None:
             entry["rates"][key] = {"mean": mean, "se": se}
 
 
-def added_to(earlier: dict, settings: dict, path: str) -> dict:
+def added_to(earlier: dict, settings: dict, path: str) -> tuple[dict, dict]:
     """``settings`` (:func:`summarise`'s, of this command's seeds) with the seeds of the results file ``earlier``
-    (read from ``path``) added, each setting's mean ± SE over all their seeds, the seeds in numeric order.
+    (read from ``path``) added, each setting's mean ± SE over all their seeds, the seeds in numeric order, and the
+    file's reference rows kept; with, per setting, this command's reference returns minus the file's where they
+    differ (``{setting: {policy: difference}}``). Runs are bit-identical on one machine only, and a time-limited
+    oracle (the DVRP's hindsight) differs between any two runs: a reference row played again must reproduce the
+    file's return within 2 of the file's SE over its episodes (``return_se``; equal where the row has none).
 
     Raises:
-        SystemExit: the two hold other settings, or other reference rows (the env, the evaluation or the machine
-            changed: evaluate every seed again, without ``--add_to``).
+        SystemExit: the two hold other settings or other reference policies, or a reference return differs by more
+            than 2 SE (the env or the evaluation changed: evaluate every seed again, without ``--add_to``).
     """
     if set(settings) != set(earlier["settings"]):
         raise SystemExit(f"error: --add_to {path}: its settings {sorted(earlier['settings'])} are not this "
                          f"command's {sorted(settings)}")
-    out = {}
+    out, differences = {}, {}
     for name, entry in settings.items():
         before = earlier["settings"][name]
-        if before["references"] != entry["references"]:
-            raise SystemExit(f"error: --add_to {path}: the reference rows ({name}) differ from the ones played now "
-                             f"(the env, the evaluation or the machine changed): evaluate every seed again, without "
-                             f"--add_to")
+        differences[name] = _reference_differences(before["references"], entry["references"], f"{path} ({name})")
         seeds = {**before["seeds"], **entry["seeds"]}
-        out[name] = {**entry, "seeds": {k: seeds[k] for k in sorted(seeds, key=int)}}
+        out[name] = {**entry, "references": before["references"],
+                     "seeds": {k: seeds[k] for k in sorted(seeds, key=int)}}
         _over_seeds(out[name])
+    return out, {name: found for name, found in differences.items() if found}
+
+
+def _reference_differences(before: dict, now: dict, where: str) -> dict[str, float]:
+    """The reference rows ``now`` minus ``before`` (their returns) where they differ, each within 2 of
+    ``before``'s SE (:func:`added_to`); ``SystemExit`` naming ``where`` otherwise."""
+    again = "(the env or the evaluation changed): evaluate every seed again, without --add_to"
+    if set(before) != set(now):
+        raise SystemExit(f"error: --add_to {where}: its reference policies {sorted(before)} are not the ones played "
+                         f"now {sorted(now)} {again}")
+    out = {}
+    for policy, row in before.items():
+        difference = now[policy]["mean_return"] - row["mean_return"]
+        if abs(difference) > 2 * (row.get("return_se") or 0.0):
+            raise SystemExit(f"error: --add_to {where}: the reference rows differ from the ones played now: "
+                             f"{policy} {now[policy]['mean_return']} against {row['mean_return']} ± "
+                             f"{row.get('return_se')}, beyond 2 SE {again} (or, for a time-limited oracle, one "
+                             f"played on a busy machine: evaluate this command's seeds again alone, --fresh)")
+        if difference:
+            out[policy] = round(difference, 6)
     return out
 
 
@@ -271,8 +293,11 @@ def main() -> None:
               "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
               "settings": summarise(evaluations)}
     if earlier is not None:  # its seeds joined, and its commands kept
-        result["settings"] = added_to(earlier, result["settings"], args.add_to)
-        result["earlier"] = [*earlier.get("earlier", []), {"date": earlier["date"], "command": earlier["command"]}]
+        result["settings"], differences = added_to(earlier, result["settings"], args.add_to)
+        if differences:  # this command's reference rows against the file's, each within 2 SE
+            result["reference_differences"] = differences
+        result["earlier"] = [*earlier.get("earlier", []), {
+            key: earlier[key] for key in ("date", "command", "machine", "reference_differences") if key in earlier}]
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"{stem}-{today}.json"), "w") as f:
         json.dump(result, f, indent=1)

@@ -56,7 +56,9 @@ def test_results_file_holds_each_final_policy_and_their_mean(tmp_path):
     assert added.returncode == 0, added.stderr[-3000:]
     joined = json.loads(added.stdout.strip().splitlines()[-1])
     assert joined["settings"] == result["settings"] and not (tmp_path / "runs" / "cartpole_ppo" / "seed_0").exists()
-    assert [e["command"] for e in joined["earlier"]] == [json.loads(first.read_text())["command"]]
+    assert [(e["command"], e["machine"]) for e in joined["earlier"]] == [
+        tuple(json.loads(first.read_text())[key] for key in ("command", "machine"))]
+    assert "reference_differences" not in joined  # replayed on the same machine: bit-equal
     # named evaluations of the same final policies (the seeds read back, not trained): a setting each
     named = run_module("benchmarks.results", "--config", str(REPO / "configs" / "cartpole_ppo.yaml"), "--seeds", "0",
                        "1", "--episodes", "4", "--num_envs", "2", "--out", str(tmp_path / "named"), "--runs",
@@ -109,19 +111,33 @@ def test_add_to_another_study_is_refused_before_any_training(tmp_path, options, 
     assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
 
 
-def test_added_seeds_join_only_under_the_same_reference_rows():
-    """The joined seeds' mean ± SE is over all of them, in numeric order; other reference rows (the env or the
-    evaluation changed since) or other settings are refused."""
+def test_added_seeds_join_only_under_reference_rows_within_2_se():
+    """The joined seeds' mean ± SE is over all of them, in numeric order, under the file's reference rows; a
+    reference row played again may differ within 2 of the file's SE (another machine, a time-limited oracle: the
+    difference is returned), not beyond it, nor without an SE; other reference policies or settings are refused."""
     row = {"mean_return": 3.0, "won_rate": 1.0}
     earlier = {"settings": {"weak": {"policy": "ppo", "seeds": {"10": {"mean_return": 1.0, "won_rate": 0.5}},
-                                     "references": {"random": {"mean_return": 0.0}}}}}
-    now = summarise({2: {"ppo": {"weak": row}, "random": {"weak": {"mean_return": 0.0}}}})
-    joined = results.added_to(earlier, now, "f.json")["weak"]
-    assert list(joined["seeds"]) == ["2", "10"] and joined["mean"] == 2.0 and joined["se"] == pytest.approx(1.0)
-    assert joined["rates"]["won_rate"] == {"mean": 0.75, "se": pytest.approx(0.25)}
-    other = summarise({2: {"ppo": {"weak": row}, "random": {"weak": {"mean_return": 0.5}}}})
-    with pytest.raises(SystemExit, match=r"f.json: the reference rows \(weak\) differ"):
-        results.added_to(earlier, other, "f.json")
+                                     "references": {"random": {"mean_return": 0.0, "return_se": 0.5},
+                                                    "rule": {"mean_return": 2.0}}}}}
+
+    def played(random: float, rule: float = 2.0) -> dict:
+        return summarise({2: {"ppo": {"weak": row}, "random": {"weak": {"mean_return": random, "return_se": 0.4}},
+                              "rule": {"weak": {"mean_return": rule}}}})
+
+    joined, differences = results.added_to(earlier, played(0.0), "f.json")
+    assert list(joined["weak"]["seeds"]) == ["2", "10"] and joined["weak"]["mean"] == 2.0
+    assert joined["weak"]["se"] == pytest.approx(1.0) and differences == {}
+    assert joined["weak"]["rates"]["won_rate"] == {"mean": 0.75, "se": pytest.approx(0.25)}
+    joined, differences = results.added_to(earlier, played(-0.9), "f.json")
+    assert differences == {"weak": {"random": -0.9}}
+    assert joined["weak"]["references"] == earlier["settings"]["weak"]["references"]  # the file's rows kept
+    with pytest.raises(SystemExit, match=r"f.json \(weak\): the reference rows differ .*random 1.1 against 0.0"):
+        results.added_to(earlier, played(1.1), "f.json")
+    with pytest.raises(SystemExit, match=r"rule 2.001 against 2.0 ± None, beyond 2 SE"):
+        results.added_to(earlier, played(0.0, rule=2.001), "f.json")
+    with pytest.raises(SystemExit, match="its reference policies"):
+        results.added_to(earlier, summarise({2: {"ppo": {"weak": row}, "random": {"weak": {"mean_return": 0.0}}}}),
+                         "f.json")
     with pytest.raises(SystemExit, match="its settings"):
         results.added_to(earlier, summarise({2: {"ppo": {"strong": row}}}), "f.json")
 
