@@ -113,31 +113,34 @@ def test_add_to_another_study_is_refused_before_any_training(tmp_path, options, 
 
 def test_added_seeds_join_only_under_reference_rows_within_2_se():
     """The joined seeds' mean ± SE is over all of them, in numeric order, under the file's reference rows; a
-    reference row played again may differ within 2 of the file's SE (another machine, a time-limited oracle: the
-    difference is returned), not beyond it, nor without an SE; other reference policies or settings are refused."""
+    reference policy played again may differ within 2 of the file's SE (another machine: the difference is
+    returned), not beyond it, nor without an SE; the time-limited hindsight oracle may differ by any amount; other
+    reference policies or settings are refused."""
     row = {"mean_return": 3.0, "won_rate": 1.0}
     earlier = {"settings": {"weak": {"policy": "ppo", "seeds": {"10": {"mean_return": 1.0, "won_rate": 0.5}},
                                      "references": {"random": {"mean_return": 0.0, "return_se": 0.5},
-                                                    "rule": {"mean_return": 2.0}}}}}
+                                                    "rule": {"mean_return": 2.0},
+                                                    "hindsight": {"mean_return": 9.0, "return_se": 0.1}}}}}
 
-    def played(random: float, rule: float = 2.0) -> dict:
+    def played(random: float, rule: float = 2.0, hindsight: float = 9.0) -> dict:
         return summarise({2: {"ppo": {"weak": row}, "random": {"weak": {"mean_return": random, "return_se": 0.4}},
-                              "rule": {"weak": {"mean_return": rule}}}})
+                              "rule": {"weak": {"mean_return": rule}},
+                              "hindsight": {"weak": {"mean_return": hindsight}}}})
 
     joined, differences = results.added_to(earlier, played(0.0), "f.json")
     assert list(joined["weak"]["seeds"]) == ["2", "10"] and joined["weak"]["mean"] == 2.0
     assert joined["weak"]["se"] == pytest.approx(1.0) and differences == {}
     assert joined["weak"]["rates"]["won_rate"] == {"mean": 0.75, "se": pytest.approx(0.25)}
-    joined, differences = results.added_to(earlier, played(-0.9), "f.json")
-    assert differences == {"weak": {"random": -0.9}}
+    joined, differences = results.added_to(earlier, played(-0.9, hindsight=5.0), "f.json")
+    assert differences == {"weak": {"random": -0.9, "hindsight": -4.0}}
     assert joined["weak"]["references"] == earlier["settings"]["weak"]["references"]  # the file's rows kept
     with pytest.raises(SystemExit, match=r"f.json \(weak\): the reference rows differ .*random 1.1 against 0.0"):
         results.added_to(earlier, played(1.1), "f.json")
     with pytest.raises(SystemExit, match=r"rule 2.001 against 2.0 ± None, beyond 2 SE"):
         results.added_to(earlier, played(0.0, rule=2.001), "f.json")
     with pytest.raises(SystemExit, match="its reference policies"):
-        results.added_to(earlier, summarise({2: {"ppo": {"weak": row}, "random": {"weak": {"mean_return": 0.0}}}}),
-                         "f.json")
+        results.added_to(earlier, summarise({2: {"ppo": {"weak": row}, "random": {"weak": {"mean_return": 0.0}},
+                                                 "rule": {"weak": {"mean_return": 2.0}}}}), "f.json")
     with pytest.raises(SystemExit, match="its settings"):
         results.added_to(earlier, summarise({2: {"ppo": {"strong": row}}}), "f.json")
 
