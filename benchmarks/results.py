@@ -16,13 +16,13 @@ added to a study one session at a time; where the earlier seeds' folders are gon
 any seed trains: the same config, episodes, ``--num_envs``, ``--evaluations`` and fit overrides, no seed in both), its
 reference policies played again and required to reproduce FILE's within 2 SE (bit-equal on one machine only; the
 time-limited hindsight oracle not held to it; FILE's rows kept, the differences under ``reference_differences``),
-FILE's commands and machines kept under ``earlier``. The
-file ``<out>/<config stem>-<date>.json`` holds each seed's return ± SE over its episodes, the mean ± SE over seeds of
-those returns (the figure to publish; the SE is null for one seed), every reference row, the machine and the command;
-its content is also the last stdout line. For an env that evaluates under several settings (the hockey opponents)
-each setting has its own figures. ``--evaluations '{name: [options]}'`` evaluates each final policy once per name
-with those ``pipelines.evaluate`` options added, each name a setting of the file (``name/setting`` where the env has
-its own): e.g. a DVRP policy trained on mixed sizes, on 100-customer days and on whole Solomon R2 days::
+FILE's commands and machines kept under ``earlier``. The file ``<out>/<config stem>-<date>.json`` holds each seed's
+return ± SE over its episodes, the mean ± SE over seeds of those returns (the figure to publish; the SE is null for
+one seed), every reference row, the machine and the command; its content is also the last stdout line. For an env
+that evaluates under several settings (the hockey opponents) each setting has its own figures. ``--evaluations
+'{name: [options]}'`` evaluates each final policy once per name with those ``pipelines.evaluate`` options added, each
+name a setting of the file (``name/setting`` where the env has its own): e.g. a DVRP policy trained on mixed sizes,
+on 100-customer days and on whole Solomon R2 days::
 
     --evaluations '{"N100": ["--data.init_args.env.init_args.num_customers=100",
                              "--data.init_args.env.init_args.num_vehicles=7"],
