@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# the documentation tools (mkdocs): `make docs` needs them, and so does `make test` (tests/test_docs_api_pages.py
+# imports the site's hook)
+DOCS_STAMP := $(VENV)/.docs-installed
 # Extra pip arguments for torch alone, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 # on a CPU machine that has no local torch wheel (keeps the CUDA-sized build away).
 TORCH_PIP_ARGS ?=
@@ -31,11 +34,11 @@ $(STAMP): pyproject.toml constraints.txt
 fit: $(STAMP)
 	$(BIN)/python -m pipelines.fit --config $(CONFIG) $(ARGS)
 
-test: $(STAMP)
+test: $(DOCS_STAMP)
 	$(BIN)/python -c "import ray" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e ".[ray]"
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 $(ARGS)
 
-test-slow: $(STAMP)
+test-slow: $(DOCS_STAMP)
 	$(BIN)/python -c "import ray" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e ".[ray]"
 	$(BIN)/python -m pytest -q -m slow $(ARGS)
 
@@ -44,7 +47,6 @@ lint: $(STAMP)
 
 # The documentation site, built into site/ with --strict: a broken link, a missing page or an API page whose object
 # cannot be found fails the build.
-DOCS_STAMP := $(VENV)/.docs-installed
 $(DOCS_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[docs]"
 	touch $(DOCS_STAMP)
